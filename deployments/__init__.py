@@ -1,0 +1,1 @@
+"""Prefect deployments for specregen (orchestration only; the work is in the library)."""

@@ -1,0 +1,1 @@
+"""Prefect flows for specregen (orchestration only; the work lives in the specregen library)."""

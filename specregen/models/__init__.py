@@ -1,0 +1,1 @@
+"""Target-model wire formats: tokenizer loading, prompt rendering, completion assembly."""

@@ -1,0 +1,567 @@
+"""The Kimi K2.5 wire format: prompt rendering, completion assembly, raw tool-call markers.
+
+Facts come from ../shared/kimi/SPEC.md (sections 1-2 and 7). The prompt is rendered to text the
+way the K2.5 chat template does and tokenized with special tokens allowed, as servers do. The
+completion is assembled from the API's fields: model-written text is encoded with special tokens
+disallowed and the markers are inserted as ids, so a literal `<|im_end|>` in code stays text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from specregen.models.tokenizer import Tokenizer, TokenizerError
+from specregen.records import ToolCall
+
+IM_END = "<|im_end|>"
+IM_USER = "<|im_user|>"
+IM_ASSISTANT = "<|im_assistant|>"
+IM_SYSTEM = "<|im_system|>"
+IM_MIDDLE = "<|im_middle|>"
+SECTION_BEGIN = "<|tool_calls_section_begin|>"
+SECTION_END = "<|tool_calls_section_end|>"
+CALL_BEGIN = "<|tool_call_begin|>"
+ARG_BEGIN = "<|tool_call_argument_begin|>"
+CALL_END = "<|tool_call_end|>"
+THINK = "<think>"
+THINK_END = "</think>"
+MEDIA_IMAGE = "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>\n"
+
+TOOL_MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END)
+REQUIRED_TOKENS = (IM_END, IM_USER, IM_ASSISTANT, IM_SYSTEM, IM_MIDDLE, *TOOL_MARKERS, THINK,
+                   THINK_END)
+
+DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
+
+ToolsFormat = Literal["typescript", "json"]
+
+_MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in TOOL_MARKERS) + ")")
+_CANONICAL_ID = re.compile(r"^functions\.(?P<name>[^:\s]+):(?P<idx>\d+)$")
+# A stripped call: the markers removed by a provider, the id and arguments left as text.
+_STRIPPED_CALL = re.compile(r"functions\.[\w.\-]+:\d+\s*[{\[]")
+
+
+class FormatError(ValueError):
+    """A message or tool definition the K2.5 template cannot render."""
+
+
+@dataclass(frozen=True)
+class RawToolSection:
+    """A tool-call section found as raw marker text inside a text field."""
+
+    start: int  # index in the text where `<|tool_calls_section_begin|>` starts
+    calls: list[ToolCall]
+    complete: bool  # the section end marker was found
+
+
+@dataclass
+class Assembled:
+    """A completion rebuilt as ids, with what it was built from and what was noticed."""
+
+    ids: list[int]
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall]
+    flags: list[str] = field(default_factory=list)
+
+
+def check_tokenizer(tok: Tokenizer) -> dict[str, int]:
+    """The ids of the tokens the format needs, by name; a clear error when one is missing."""
+    ids: dict[str, int] = {}
+    for name in REQUIRED_TOKENS:
+        if name not in tok.added_tokens:
+            raise TokenizerError(
+                f"tokenizer {tok.name!r} has no added token {name!r}, which Kimi K2.5 needs "
+                f"(a K2-Instruct tokenizer_config.json lacks <think>/</think>); from {tok.source}"
+            )
+        token_id = tok.added_tokens[name]
+        if tok.encode_with_specials(name) != [token_id]:
+            raise TokenizerError(
+                f"tokenizer {tok.name!r}: {name!r} does not encode to its single id {token_id}"
+            )
+        if token_id < tok.base_vocab_size:
+            raise TokenizerError(
+                f"tokenizer {tok.name!r}: {name!r} has id {token_id}, inside the BPE ranks"
+            )
+        ids[name] = token_id
+    if len(set(ids.values())) != len(ids):
+        raise TokenizerError(f"tokenizer {tok.name!r}: two format tokens share one id")
+    return ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompt rendering (SPEC 2)
+
+
+def tools_declaration(tools: Sequence[dict[str, Any]], tools_format: ToolsFormat) -> str:
+    """The `tool_declare` block body: TypeScript-style, or compact JSON as the fallback."""
+    from specregen.models.kimi_tools_ts import (
+        ToolDeclarationError,
+        deep_sort,
+        encode_tools_to_typescript,
+    )
+
+    sorted_tools = deep_sort(list(tools))
+    if tools_format == "typescript":
+        try:
+            declaration = encode_tools_to_typescript(sorted_tools)
+        except ToolDeclarationError:
+            declaration = ""  # the wrapper swallows the error and the template falls back
+        if declaration:
+            return declaration
+    return tojson(sorted_tools, separators=(",", ":"))
+
+
+def tojson(value: Any, separators: tuple[str, str] | None = None) -> str:
+    """Hugging Face's `tojson` template filter (not Jinja's HTML-escaping one)."""
+    return json.dumps(value, ensure_ascii=False, separators=separators)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in ("image", "image_url"):
+                parts.append(MEDIA_IMAGE)
+            elif kind == "text":
+                parts.append(part.get("text") or "")
+            else:
+                raise FormatError(f"content part of type {kind!r} is not supported")
+        return "".join(parts)
+    raise FormatError(f"message content must be a string or a list, not {type(content).__name__}")
+
+
+def _header(message: dict[str, Any]) -> str:
+    role = message.get("role")
+    if not isinstance(role, str):
+        raise FormatError(f"message has no string 'role': {str(message)[:80]}")
+    name = message.get("name") or role
+    if role == "user":
+        return f"{IM_USER}{name}{IM_MIDDLE}"
+    if role == "assistant":
+        return f"{IM_ASSISTANT}{name}{IM_MIDDLE}"
+    return f"{IM_SYSTEM}{name}{IM_MIDDLE}"
+
+
+def _tool_calls_text(calls: Sequence[dict[str, Any]]) -> str:
+    out = [SECTION_BEGIN]
+    for call in calls:
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        args_text = args if isinstance(args, str) else tojson(args)
+        out.append(f"{CALL_BEGIN}{call.get('id')}{ARG_BEGIN}{args_text}{CALL_END}")
+    out.append(SECTION_END)
+    return "".join(out)
+
+
+def _reasoning_of(message: dict[str, Any]) -> str:
+    # The K2.5-era template reads `reasoning`, then `reasoning_content`; None renders as empty
+    # (a naive Jinja render would print "None", which no server sends on purpose).
+    value = message.get("reasoning")
+    if value is None:
+        value = message.get("reasoning_content")
+    return value or ""
+
+
+def render_prompt_text(
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None = None,
+    *,
+    thinking: bool = True,
+    tools_format: ToolsFormat = "typescript",
+    inject_default_system: bool = True,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The prompt text the K2.5 chat template renders (SPEC 2.1-2.3)."""
+    return "".join(
+        render_prompt_blocks(
+            messages,
+            tools,
+            thinking=thinking,
+            tools_format=tools_format,
+            inject_default_system=inject_default_system,
+            add_generation_prompt=add_generation_prompt,
+        )
+    )
+
+
+def render_prompt_blocks(
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None = None,
+    *,
+    thinking: bool = True,
+    tools_format: ToolsFormat = "typescript",
+    inject_default_system: bool = True,
+    add_generation_prompt: bool = True,
+    declaration: Callable[[Sequence[dict[str, Any]], ToolsFormat], str] | None = None,
+) -> list[str]:
+    """The prompt as blocks that each start with a role token and end with `<|im_end|>`.
+
+    Special tokens split the text before BPE runs, so encoding block by block gives the ids of
+    the whole text; blocks that repeat across a dataset (tools, system) can then be cached.
+    """
+    blocks: list[str] = []
+    if tools:
+        body = (declaration or tools_declaration)(tools, tools_format)
+        blocks.append(f"{IM_SYSTEM}tool_declare{IM_MIDDLE}{body}{IM_END}")
+    if inject_default_system and (not messages or messages[0].get("role") != "system"):
+        blocks.append(f"{IM_SYSTEM}system{IM_MIDDLE}{DEFAULT_SYSTEM_PROMPT}{IM_END}")
+    last_plain_assistant = -1
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant" and not messages[i].get("tool_calls"):
+            last_plain_assistant = i
+            break
+    for i, message in enumerate(messages):
+        out = [_header(message)]
+        role = message["role"]
+        if role == "assistant":
+            in_history = i <= last_plain_assistant
+            reasoning = "" if in_history or not thinking else _reasoning_of(message)
+            out.append(f"{THINK}{reasoning}{THINK_END}{_content_text(message.get('content'))}")
+            if message.get("tool_calls"):
+                out.append(_tool_calls_text(message["tool_calls"]))
+        elif role == "tool":
+            out.append(f"## Return of {message.get('tool_call_id')}\n")
+            out.append(_content_text(message.get("content")))
+        elif message.get("content") is not None:
+            out.append(_content_text(message.get("content")))
+        out.append(IM_END)
+        blocks.append("".join(out))
+    if add_generation_prompt:
+        prefill = THINK if thinking else THINK + THINK_END
+        blocks.append(f"{IM_ASSISTANT}assistant{IM_MIDDLE}{prefill}")
+    return blocks
+
+
+def count_history_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
+    """Tool calls already in the conversation: the first index the model gives a new call."""
+    return sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw markers in text (SPEC 3.2, 4.5)
+
+
+def name_from_tool_id(tool_id: str) -> str:
+    """The Kimi docs' rule: the text between the first '.' and the ':' (`functions.NAME:IDX`)."""
+    head = tool_id.strip().split(":", 1)[0]
+    return head.split(".", 1)[1] if "." in head else head
+
+
+def find_tool_section(text: str, *, allow_partial: bool = False) -> RawToolSection | None:
+    """The first tool-call section in `text` that parses as one, tolerating whitespace.
+
+    Returns None when no `<|tool_calls_section_begin|>` starts a well-formed section (with
+    `allow_partial`, a section cut off by truncation also counts).
+    """
+    start = text.find(SECTION_BEGIN)
+    while start != -1:
+        section = _parse_section(text[start + len(SECTION_BEGIN) :], allow_partial)
+        if section is not None:
+            calls, complete = section
+            return RawToolSection(start=start, calls=calls, complete=complete)
+        start = text.find(SECTION_BEGIN, start + 1)
+    return None
+
+
+def _parse_section(tail: str, allow_partial: bool) -> tuple[list[ToolCall], bool] | None:
+    # `parts` alternates text and marker; between calls only whitespace may stand.
+    parts = _MARKER_SPLIT.split(tail)
+    n = len(parts)
+    calls: list[ToolCall] = []
+    i = 0
+    while True:
+        if parts[i].strip():
+            return None
+        if i + 1 >= n:
+            return (calls, False) if allow_partial else None
+        marker = parts[i + 1]
+        if marker == SECTION_END:
+            return (calls, True) if calls else None
+        if marker != CALL_BEGIN:
+            return None
+        got = parts[i + 2 : i + 6]  # id, ARG_BEGIN, arguments, CALL_END
+        if len(got) == 4 and got[1] == ARG_BEGIN and got[3] == CALL_END:
+            calls.append(_raw_call(got[0], got[2]))
+            i += 6
+            continue
+        # An unfinished call is acceptable only as the very end of a truncated text.
+        cut_in_id = len(got) == 1
+        cut_in_args = len(got) == 3 and got[1] == ARG_BEGIN
+        if allow_partial and (cut_in_id or cut_in_args):
+            calls.append(_raw_call(got[0], got[2] if cut_in_args else ""))
+            return calls, False
+        return None
+
+
+def _raw_call(raw_id: str, raw_args: str) -> ToolCall:
+    # Parsers trim here; the ids keep the raw text, the comparable call is the trimmed one.
+    return ToolCall(raw_id.strip(), name_from_tool_id(raw_id), raw_args.strip())
+
+
+def has_marker_text(text: str | None) -> bool:
+    # Every tool marker contains "<|tool_call": one substring scan rules out the common case.
+    return bool(text) and "<|tool_call" in text and any(m in text for m in TOOL_MARKERS)
+
+
+def looks_stripped(text: str | None) -> bool:
+    """Text that reads like a tool call whose markers a provider deleted."""
+    return bool(text) and _STRIPPED_CALL.search(text) is not None
+
+
+def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bool]:
+    """Verbatim when it has the `functions.NAME:IDX` form, else rebuilt (and say so)."""
+    if tool_id and _CANONICAL_ID.match(tool_id):
+        return tool_id, False
+    return f"functions.{name}:{index}", True
+
+
+# ---------------------------------------------------------------------------------------------
+# The format object: a tokenizer with the ids it needs, and the two encoders
+
+
+_BLOCKWISE_MAX_CHARS = 25_000
+_CACHE_SIZE = 256
+
+
+def _lru(cache: OrderedDict, key: str, make: Callable[[], Any]) -> Any:
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        cache[key] = value
+        if len(cache) > _CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return value
+
+
+class KimiK25:
+    """Kimi K2.5 prompt and completion encoding over a loaded tokenizer."""
+
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        *,
+        tools_format: ToolsFormat = "typescript",
+        inject_default_system: bool = True,
+        use_hf_chat_template: bool = False,
+    ) -> None:
+        self.tok = tokenizer
+        self.ids = check_tokenizer(tokenizer)
+        self.tools_format = tools_format
+        self.inject_default_system = inject_default_system
+        self.use_hf_chat_template = use_hf_chat_template and tokenizer.chat_template is not None
+        self._marker_ids = {m: self.ids[m] for m in TOOL_MARKERS}
+        # A dataset repeats its tools and system prompt in every sample: render and encode
+        # those blocks once. Bounded, so a dataset of all-different tools cannot grow them.
+        self._declarations: OrderedDict[str, str] = OrderedDict()
+        self._block_ids: OrderedDict[str, list[int]] = OrderedDict()
+
+    # -- prompt ---------------------------------------------------------------------------
+
+    def render_prompt(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        thinking: bool = True,
+    ) -> str:
+        if self.use_hf_chat_template:
+            return self._render_with_hf_template(messages, tools, thinking)
+        return "".join(self._blocks(messages, tools, thinking))
+
+    def encode_prompt(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        *,
+        thinking: bool = True,
+    ) -> list[int]:
+        if self.use_hf_chat_template:
+            return self.tok.encode_with_specials(self._render_with_hf_template(messages, tools,
+                                                                               thinking))
+        blocks = self._blocks(messages, tools, thinking)
+        if sum(map(len, blocks)) > _BLOCKWISE_MAX_CHARS:
+            # Kimi's encode() cuts very long texts at positions of the whole text.
+            return self.tok.encode_with_specials("".join(blocks))
+        ids: list[int] = []
+        for block in blocks:
+            if block.startswith(IM_SYSTEM):
+                ids.extend(self._cached_block_ids(block))
+            else:
+                ids.extend(self.tok.encode_with_specials(block))
+        return ids
+
+    def _blocks(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
+        thinking: bool,
+    ) -> list[str]:
+        return render_prompt_blocks(
+            messages,
+            tools,
+            thinking=thinking,
+            tools_format=self.tools_format,
+            inject_default_system=self.inject_default_system,
+            declaration=self._cached_declaration,
+        )
+
+    def _cached_declaration(
+        self, tools: Sequence[dict[str, Any]], tools_format: ToolsFormat
+    ) -> str:
+        key = json.dumps(tools, sort_keys=True, ensure_ascii=False) + tools_format
+        return _lru(self._declarations, key, lambda: tools_declaration(tools, tools_format))
+
+    def _cached_block_ids(self, block: str) -> list[int]:
+        return _lru(self._block_ids, block, lambda: self.tok.encode_with_specials(block))
+
+    def _render_with_hf_template(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None,
+        thinking: bool,
+    ) -> str:
+        # The model folder's own template, rendered the way transformers' apply_chat_template
+        # does (its sandboxed Jinja environment and tojson), with the K2.5 wrapper's kwargs.
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        from specregen.models.kimi_tools_ts import deep_sort
+
+        tools_ts = tools_declaration(tools, "typescript") if tools else None
+        rendered, _ = render_jinja_template(
+            conversations=[list(messages)],
+            tools=deep_sort(list(tools)) if tools else None,
+            chat_template=self.tok.chat_template,
+            add_generation_prompt=True,
+            thinking=thinking,
+            tools_ts_str=tools_ts,
+        )
+        return rendered[0]
+
+    # -- completion -----------------------------------------------------------------------
+
+    def encode_raw_text(self, text: str) -> list[int]:
+        """Text in which tool-call marker strings are markers and all else is model text."""
+        ids: list[int] = []
+        for i, piece in enumerate(_MARKER_SPLIT.split(text)):
+            if i % 2:
+                ids.append(self._marker_ids[piece])
+            elif piece:
+                ids.extend(self.tok.encode_ordinary(piece))
+        return ids
+
+    def encode_tool_calls(self, calls: Sequence[ToolCall]) -> list[int]:
+        ids = [self._marker_ids[SECTION_BEGIN]]
+        enc = self.tok.encode_ordinary
+        for call in calls:
+            ids.append(self._marker_ids[CALL_BEGIN])
+            ids.extend(enc(call.id))
+            ids.append(self._marker_ids[ARG_BEGIN])
+            ids.extend(enc(call.arguments))
+            ids.append(self._marker_ids[CALL_END])
+        ids.append(self._marker_ids[SECTION_END])
+        return ids
+
+    def assemble(
+        self,
+        reasoning: str | None,
+        content: str | None,
+        tool_calls: Sequence[ToolCall],
+        *,
+        thinking: bool,
+        truncated: bool,
+        first_tool_index: int = 0,
+    ) -> Assembled:
+        """Completion ids from API fields (SPEC 7.2): `R </think> C [section] <|im_end|>`.
+
+        Raw marker text left in `content` (or in `reasoning`, when the model opened the tool
+        section before closing its thinking) is parsed and kept verbatim, whitespace included.
+        """
+        flags: list[str] = []
+        enc = self.tok.encode_ordinary
+        reasoning_text = reasoning or ""
+        content_text = content or ""
+        calls = list(tool_calls)
+        raw_tail: str | None = None
+        section_in_reasoning = False
+
+        if not calls:
+            section = find_tool_section(content_text, allow_partial=truncated)
+            if section is not None:
+                raw_tail = content_text[section.start :]
+                content_text = content_text[: section.start]
+                calls = section.calls
+                flags.append("tool_calls_in_content")
+            elif thinking:
+                section = find_tool_section(reasoning_text, allow_partial=truncated)
+                if section is not None:
+                    raw_tail = reasoning_text[section.start :]
+                    reasoning_text = reasoning_text[: section.start]
+                    calls = section.calls
+                    section_in_reasoning = True
+                    flags.append("tool_calls_in_reasoning")
+            if raw_tail is not None:
+                calls = self._rename_raw_calls(calls, first_tool_index, flags)
+
+        ids: list[int] = []
+        if thinking:
+            ids.extend(enc(reasoning_text))
+            # A completion cut off while still reasoning never emitted `</think>`; neither did
+            # one whose tool section sits inside the reasoning.
+            cut_in_reasoning = truncated and not content_text and not calls and raw_tail is None
+            if not (cut_in_reasoning or section_in_reasoning):
+                ids.append(self.ids[THINK_END])
+        ids.extend(enc(content_text))
+        if raw_tail is not None:
+            ids.extend(self.encode_raw_text(raw_tail))
+        elif calls:
+            calls = self._resolve_structured_ids(calls, first_tool_index, flags)
+            ids.extend(self.encode_tool_calls(calls))
+        if not truncated:
+            ids.append(self.ids[IM_END])
+
+        if has_marker_text(content_text) or has_marker_text(reasoning_text):
+            flags.append("markers_in_text")
+        if THINK in content_text or THINK_END in content_text:
+            flags.append("think_tag_in_text")
+        return Assembled(
+            ids=ids,
+            reasoning=reasoning_text if reasoning is not None else None,
+            content=content_text if content is not None else None,
+            tool_calls=calls,
+            flags=flags,
+        )
+
+    @staticmethod
+    def _resolve_structured_ids(
+        calls: Sequence[ToolCall], first_index: int, flags: list[str]
+    ) -> list[ToolCall]:
+        out = []
+        rewritten = False
+        for k, call in enumerate(calls):
+            new_id, changed = resolve_tool_id(call.id, call.name, first_index + k)
+            rewritten |= changed
+            out.append(ToolCall(new_id, call.name, call.arguments))
+        if rewritten:
+            flags.append("tool_id_rewritten")
+        return out
+
+    @staticmethod
+    def _rename_raw_calls(
+        calls: Sequence[ToolCall], first_index: int, flags: list[str]
+    ) -> list[ToolCall]:
+        # Raw ids are what the model wrote; they stay in the ids whatever their form, but a
+        # non-canonical one is worth a flag for the gate.
+        if any(not _CANONICAL_ID.match(c.id) for c in calls):
+            flags.append("tool_id_noncanonical")
+        return list(calls)

@@ -1,0 +1,307 @@
+"""Tokenizer loading: Kimi's tiktoken layout, a Hugging Face hub id, or any `tokenizer.json` folder.
+
+Every backend is wrapped in the same small `Tokenizer` interface. Two encodings matter:
+`encode_ordinary` treats special-token strings as plain text (model-written text: a literal
+`<|im_end|>` in code stays text), `encode_with_specials` turns them into their ids (a rendered
+prompt, as servers tokenize it).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tiktoken
+
+# Kimi K2 / K2.5 pre-tokenizer (SPEC 1.2): the alternatives are joined with "|" in this order.
+# The `&&` class intersections need tiktoken's fancy-regex; Python's `re` cannot compile this.
+KIMI_PAT_STR = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+
+# The Kimi wrapper reserves this many ids after the BPE ranks for added tokens (SPEC 1.2).
+KIMI_NUM_RESERVED_SPECIAL_TOKENS = 256
+
+# Kimi's encode() cuts input into pieces (a workaround for tiktoken issue #195); the cut points
+# change the ids of pathological strings, so a faithful encoder cuts at the same places.
+_KIMI_MAX_ENCODE_CHARS = 400_000
+_KIMI_MAX_RUN_CHARS = 25_000
+_LONG_RUN = re.compile(rf"\s{{{_KIMI_MAX_RUN_CHARS + 1},}}|\S{{{_KIMI_MAX_RUN_CHARS + 1},}}")
+
+TOKENIZER_FILES = (
+    "tiktoken.model",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "tokenizer.model",
+)
+
+MINI_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "mini_tokenizer"
+
+
+class TokenizerError(ValueError):
+    """The tokenizer could not be loaded, or does not have what the format needs."""
+
+
+@dataclass(frozen=True)
+class Tokenizer:
+    """A loaded tokenizer: encoders, decoder and the added-token table by name."""
+
+    name: str
+    encode_ordinary: Callable[[str], list[int]]
+    encode_with_specials: Callable[[str], list[int]]
+    decode_bytes: Callable[[list[int]], bytes]
+    added_tokens: dict[str, int]
+    n_vocab: int
+    chat_template: str | None = None
+    # The ids of ordinary text are below this; added tokens sit at or above it.
+    base_vocab_size: int = 0
+    source: str = ""
+    _id_to_added: dict[int, str] = field(default_factory=dict, repr=False)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def token_id(self, name: str) -> int:
+        """The id of an added token, by name, with an error that names it when absent."""
+        try:
+            return self.added_tokens[name]
+        except KeyError:
+            raise TokenizerError(
+                f"tokenizer {self.name!r} has no token {name!r} (from {self.source})"
+            ) from None
+
+    def is_added(self, token_id: int) -> bool:
+        return token_id in self._id_to_added
+
+    def added_name(self, token_id: int) -> str | None:
+        return self._id_to_added.get(token_id)
+
+
+def load_tokenizer(spec: str | Path) -> Tokenizer:
+    """Load a tokenizer from `mini`, a local folder, or a Hugging Face hub id.
+
+    A folder with `tiktoken.model` + `tokenizer_config.json` is read as the Kimi layout; a folder
+    with `tokenizer.json` goes through `transformers.AutoTokenizer`. Anything else that is not an
+    existing path is taken as a hub id, and only the tokenizer files are downloaded.
+    """
+    if str(spec) == "mini":
+        return load_kimi_tiktoken(MINI_TOKENIZER_DIR, name="specregen-mini")
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return _load_folder(path)
+    if path.exists():
+        raise TokenizerError(f"tokenizer path {str(path)!r} is a file; give its folder")
+    if "/" in str(spec) and not str(spec).startswith((".", "/", "~")):
+        return _load_folder(_download_from_hub(str(spec)))
+    raise TokenizerError(
+        f"tokenizer {str(spec)!r} is neither 'mini', an existing folder, nor a hub id 'org/name'"
+    )
+
+
+def _load_folder(path: Path) -> Tokenizer:
+    if (path / "tiktoken.model").is_file():
+        return load_kimi_tiktoken(path)
+    if (path / "tokenizer.json").is_file():
+        return load_hf_tokenizer(path)
+    raise TokenizerError(
+        f"folder {str(path)!r} has neither tiktoken.model (Kimi layout) nor tokenizer.json"
+    )
+
+
+def _download_from_hub(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo_id, allow_patterns=list(TOKENIZER_FILES))
+    except Exception as exc:  # the hub client raises many types; the caller needs one
+        raise TokenizerError(f"could not download tokenizer files of {repo_id!r}: {exc}") from exc
+    return Path(folder)
+
+
+def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
+    """Build the Kimi tokenizer the way its `TikTokenTokenizer` does: ranks, pat_str, added ids."""
+    ranks = read_tiktoken_ranks(path / "tiktoken.model")
+    config_path = path / "tokenizer_config.json"
+    if not config_path.is_file():
+        raise TokenizerError(f"{str(path)!r} has tiktoken.model but no tokenizer_config.json")
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    n_base = len(ranks)
+    if sorted(ranks.values()) != list(range(n_base)):
+        raise TokenizerError(f"{str(path / 'tiktoken.model')!r}: ranks are not 0..{n_base - 1}")
+    decoder = config.get("added_tokens_decoder", {})
+    # The Kimi wrapper numbers its reserved block right after the ranks; a smaller vocabulary
+    # (the bundled mini tokenizer) keeps the K2.5 ids, so the block starts at the config's ids.
+    first = min((int(k) for k in decoder), default=n_base)
+    if first < n_base:
+        raise TokenizerError(
+            f"{str(config_path)!r}: added token id {first} collides with the BPE ranks"
+            f" 0..{n_base - 1}"
+        )
+    added: dict[str, int] = {}
+    for i in range(first, first + KIMI_NUM_RESERVED_SPECIAL_TOKENS):
+        entry = decoder.get(str(i))
+        added[entry["content"] if entry else f"<|reserved_token_{i}|>"] = i
+    enc = tiktoken.Encoding(
+        name or path.name, pat_str=KIMI_PAT_STR, mergeable_ranks=ranks, special_tokens=added
+    )
+
+    find_special = special_finder(added)
+
+    def encode_with_specials(text: str) -> list[int]:
+        # Same ids as tiktoken's encode(allowed_special="all"), without its slow special regex.
+        ids: list[int] = []
+        for piece in kimi_encode_pieces(text):
+            pos = 0
+            start = 0
+            while (m := find_special(piece, start)) is not None:
+                token_id = added.get(m.group())
+                if token_id is None:
+                    start = m.start() + 1  # a look-alike; a real token may begin inside it
+                    continue
+                if m.start() > pos:
+                    ids.extend(enc.encode_ordinary(piece[pos : m.start()]))
+                ids.append(token_id)
+                pos = start = m.end()
+            if pos < len(piece):
+                ids.extend(enc.encode_ordinary(piece[pos:]))
+        return ids
+
+    def encode_ordinary(text: str) -> list[int]:
+        if is_whole_piece(text):
+            return enc.encode_ordinary(text)
+        ids: list[int] = []
+        for piece in kimi_encode_pieces(text):
+            ids.extend(enc.encode_ordinary(piece))
+        return ids
+
+    template = config.get("chat_template")
+    template_file = path / "chat_template.jinja"
+    if template is None and template_file.is_file():
+        template = template_file.read_text(encoding="utf-8")
+    return Tokenizer(
+        name=name or path.name,
+        encode_ordinary=encode_ordinary,
+        encode_with_specials=encode_with_specials,
+        decode_bytes=enc.decode_bytes,
+        added_tokens=added,
+        n_vocab=enc.n_vocab,
+        chat_template=template if isinstance(template, str) else None,
+        base_vocab_size=n_base,
+        source=str(path),
+        _id_to_added={v: k for k, v in added.items()},
+    )
+
+
+def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
+    """`base64-token rank` lines. (tiktoken's own loader caches by path name in /tmp, so a file
+    changed in place would be read stale.)"""
+    ranks: dict[bytes, int] = {}
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+            except ValueError as exc:
+                raise TokenizerError(f"{path}:{number}: not a 'base64 rank' line ({exc})") from None
+    return ranks
+
+
+# Shapes every Kimi added-token name has. Searching for the shapes and then looking the match up
+# is several times faster than an alternation of 256 literal names.
+_SPECIAL_SHAPES = (r"<\|[^<>|\s]{1,64}\|>", r"</?[a-z_]{1,32}>", r"\[[A-Z]{2,16}\]")
+
+
+def special_finder(names: dict[str, int]) -> Callable[[str, int], re.Match[str] | None]:
+    """A search function for added-token names: by shape where they all fit one, else by name."""
+    shapes = [re.compile(shape) for shape in _SPECIAL_SHAPES]
+    if all(any(s.fullmatch(name) for s in shapes) for name in names):
+        pattern = re.compile("|".join(_SPECIAL_SHAPES))
+    else:
+        pattern = re.compile("|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)))
+    return pattern.search
+
+
+def is_whole_piece(text: str) -> bool:
+    """True when Kimi's encode() would not cut `text` (the common case, checked cheaply)."""
+    n = len(text)
+    return n <= _KIMI_MAX_RUN_CHARS or (n <= _KIMI_MAX_ENCODE_CHARS and not _LONG_RUN.search(text))
+
+
+def kimi_encode_pieces(text: str) -> Iterator[str]:
+    """The pieces Kimi's `TikTokenTokenizer.encode` hands to tiktoken, one by one."""
+    if is_whole_piece(text):
+        yield text
+        return
+    for i in range(0, len(text), _KIMI_MAX_ENCODE_CHARS):
+        yield from _split_long_runs(text[i : i + _KIMI_MAX_ENCODE_CHARS], _KIMI_MAX_RUN_CHARS)
+
+
+def _split_long_runs(s: str, max_run: int) -> Iterator[str]:
+    # Same loop as the Kimi wrapper's `_split_whitespaces_or_nonwhitespaces`.
+    run_len = 0
+    run_is_space = s[0].isspace() if s else False
+    start = 0
+    for i, ch in enumerate(s):
+        is_space = ch.isspace()
+        if run_is_space ^ is_space:
+            run_len = 1
+            run_is_space = is_space
+        else:
+            run_len += 1
+            if run_len > max_run:
+                yield s[start:i]
+                start = i
+                run_len = 1
+    yield s[start:]
+
+
+def load_hf_tokenizer(path: Path) -> Tokenizer:
+    """Any tokenizer `transformers.AutoTokenizer` loads, for model families beyond Kimi."""
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(str(path))
+    except Exception as exc:  # transformers raises OSError, ValueError and its own types
+        raise TokenizerError(f"transformers could not load a tokenizer from {path}: {exc}") from exc
+    added = {tok.content: int(i) for i, tok in hf.added_tokens_decoder.items()}
+    base = min(added.values()) if added else len(hf)
+
+    def encode_ordinary(text: str) -> list[int]:
+        return list(hf.encode(text, add_special_tokens=False, split_special_tokens=True))
+
+    def encode_with_specials(text: str) -> list[int]:
+        return list(hf.encode(text, add_special_tokens=False))
+
+    def decode_bytes(ids: list[int]) -> bytes:
+        return hf.decode(ids, skip_special_tokens=False).encode("utf-8")
+
+    template = hf.chat_template if isinstance(hf.chat_template, str) else None
+    return Tokenizer(
+        name=path.name,
+        encode_ordinary=encode_ordinary,
+        encode_with_specials=encode_with_specials,
+        decode_bytes=decode_bytes,
+        added_tokens=added,
+        n_vocab=len(hf),
+        chat_template=template,
+        base_vocab_size=base,
+        source=str(path),
+        _id_to_added={v: k for k, v in added.items()},
+    )

@@ -1,0 +1,105 @@
+"""The data contracts that cross module boundaries.
+
+Everything here is plain data: a dataset adapter yields `Prompt`s, the client turns a provider
+response into a `Completion`, and reconstruction turns a request plus a `Completion` into a
+`TokenSample`. Texts are kept byte-exact; tool-call `arguments` stay the strings the API sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ToolMode = Literal["tools", "system_prompt"]
+Status = Literal["ok", "flagged", "error"]
+ReferenceMatch = Literal["exact", "benign_bpe", "text_diff", "special_diff"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One sample to regenerate: an OpenAI-style conversation prefix ending on a user turn."""
+
+    sample_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_mode: ToolMode = "tools"
+    # Fields of the source row worth keeping next to the result (e.g. glaive's own answer).
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceReject:
+    """A source row that could not become a Prompt; kept so the run can report it."""
+
+    sample_id: str
+    row: str  # where it came from, e.g. "glaive.json#17"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call as the model wrote it: `id` and `arguments` are verbatim strings."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Completion:
+    """A provider response normalised across API dialects.
+
+    `reasoning` is None when the response carried no reasoning field at all, "" when it carried
+    an empty one. `content` is None for `content: null`. `raw_tool_text` holds the raw marker text
+    (from `<|tool_calls_section_begin|>` on) when the provider left the markers in a text field.
+    """
+
+    reasoning: str | None
+    content: str | None
+    tool_calls: list[ToolCall]
+    finish_reason: str | None
+    usage: dict[str, Any] = field(default_factory=dict)
+    provider: str | None = None
+    reasoning_field: str | None = None
+    tool_calls_source: Literal["structured", "content", "reasoning", "none"] = "none"
+    raw_tool_text: str | None = None
+    raw_tool_text_complete: bool = True
+    native_finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class TokenSample:
+    """The reconstructed token stream of one sample, with the checks made on the way."""
+
+    sample_id: str
+    input_ids: list[int]
+    loss_mask: list[int]
+    prompt_len: int
+    completion_len: int
+    status: Status
+    flags: list[str]
+    usage_prompt_delta: int | None = None
+    usage_completion_delta: int | None = None
+    reference_match: ReferenceMatch | None = None
+    error: str | None = None
+    # What the ids were built from, for the gate and for audits.
+    thinking: bool = True
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_mode: ToolMode = "tools"
+
+    @classmethod
+    def failed(cls, sample_id: str, error: str) -> TokenSample:
+        return cls(
+            sample_id=sample_id,
+            input_ids=[],
+            loss_mask=[],
+            prompt_len=0,
+            completion_len=0,
+            status="error",
+            flags=[],
+            error=error,
+        )

@@ -1,0 +1,177 @@
+"""Helpers shared by the dataset adapters: row errors, field access, prompts, tools, references."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from specregen.records import Prompt, SourceReject
+
+DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
+
+
+class RowError(Exception):
+    """A defect in one source row. The message names the field or turn and the problem."""
+
+
+def reject(sample_id: str, row_label: str, problem: str) -> SourceReject:
+    return SourceReject(sample_id=sample_id, row=row_label, reason=f"row {row_label}: {problem}")
+
+
+def type_name(value: Any) -> str:
+    """JSON's name for a value's type, since the rows are JSON and readers think in JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def require_object(row: Any) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise RowError(f"row is not a JSON object (got {type_name(row)})")
+    return row
+
+
+def require_str(row: dict[str, Any], field: str) -> str:
+    if field not in row:
+        raise RowError(f"missing field {field!r}")
+    value = row[field]
+    if not isinstance(value, str):
+        raise RowError(f"field {field!r} is not a string (got {type_name(value)})")
+    return value
+
+
+def require_user_text(text: str, where: str) -> str:
+    # An empty prompt would make the model answer nothing in particular; that is no sample.
+    if not text.strip():
+        raise RowError(f"{where} is empty")
+    return text
+
+
+def prompt_messages(system: str, user: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def make_prompt(
+    sample_id: str,
+    system: str,
+    user: str,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_mode: str = "tools",
+    meta: dict[str, Any],
+) -> Prompt:
+    return Prompt(
+        sample_id=sample_id,
+        messages=prompt_messages(system, user),
+        tools=tools,
+        tool_mode=tool_mode,  # type: ignore[arg-type]
+        meta=meta,
+    )
+
+
+def dump_arguments(arguments: dict[str, Any]) -> str:
+    """Arguments as one line of JSON with raw unicode.
+
+    The default separators reproduce glaive's own argument text for the common one-line case,
+    so a reference stays as close to the source bytes as a re-serialization can.
+    """
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def text_reference(content: str) -> dict[str, Any]:
+    return {"kind": "text", "content": content}
+
+
+def call_reference(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "tool_call", "name": name, "arguments": dump_arguments(arguments)}
+
+
+def calls_reference(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A reference for one call, or for parallel calls when a turn holds several."""
+    if len(calls) == 1:
+        return call_reference(*calls[0])
+    return {
+        "kind": "tool_calls",
+        "calls": [{"name": n, "arguments": dump_arguments(a)} for n, a in calls],
+    }
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def strict_json_loads(text: str) -> Any:
+    """json.loads without NaN/Infinity, which Python accepts but JSON (and other parsers) do not."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def arguments_object(arguments: Any) -> dict[str, Any]:
+    """Call arguments as a dict, from an object or from a string holding a JSON object."""
+    if isinstance(arguments, str):
+        try:
+            arguments = strict_json_loads(arguments)
+        except ValueError as err:
+            raise RowError(f"arguments are not valid JSON: {err}") from None
+    if not isinstance(arguments, dict):
+        raise RowError(f"arguments are not a JSON object (got {type_name(arguments)})")
+    return arguments
+
+
+def check_function_spec(spec: Any, where: str) -> dict[str, Any]:
+    if not isinstance(spec, dict):
+        raise RowError(f"{where} is not a JSON object (got {type_name(spec)})")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise RowError(f"{where} has no function name")
+    if "description" in spec and not isinstance(spec["description"], str):
+        raise RowError(f"{where} ({name!r}): description is not a string")
+    if "parameters" in spec and not isinstance(spec["parameters"], dict):
+        raise RowError(f"{where} ({name!r}): parameters is not a JSON object")
+    return spec
+
+
+def wrap_function(spec: dict[str, Any]) -> dict[str, Any]:
+    # The spec is kept as the source wrote it (key order included): the chat template renders it.
+    return {"type": "function", "function": spec}
+
+
+def parse_tools(value: Any, field: str) -> list[dict[str, Any]] | None:
+    """A `tools` value as OpenAI tools; None when the row declares none.
+
+    Accepts a list or a JSON string of one (LLaMA-Factory stores a string), holding either
+    OpenAI-wrapped tools or bare function specs (wrapped here).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = strict_json_loads(value)
+        except ValueError as err:
+            raise RowError(f"field {field!r} is not valid JSON: {err}") from None
+    if not isinstance(value, list):
+        raise RowError(f"field {field!r} is not a list of tools (got {type_name(value)})")
+    tools = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if isinstance(item, dict) and item.get("type") == "function" and "function" in item:
+            check_function_spec(item["function"], f"{where}.function")
+            tools.append(item)
+        else:
+            tools.append(wrap_function(check_function_spec(item, where)))
+    return tools or None
+
+
+def tool_names(tools: list[dict[str, Any]] | None) -> set[str]:
+    return {tool["function"]["name"] for tool in tools or []}

@@ -1,0 +1,128 @@
+"""Rows holding an OpenAI conversation: `messages [{role, content, ...}]` and optional `tools`.
+
+Covers UltraChat-style rows and already-converted tool datasets. `tools` may be OpenAI-wrapped
+or bare function specs, as a list or a JSON string. The system text is the row's own leading
+system message, else the default. Every assistant tool call in the row is checked (declared
+name, arguments a JSON object), as glaive rows are, so a broken row is not half-used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specregen.records import Prompt, SourceReject
+from specregen.sources._common import (
+    DEFAULT_SYSTEM_PROMPT,
+    RowError,
+    arguments_object,
+    calls_reference,
+    make_prompt,
+    parse_tools,
+    reject,
+    require_object,
+    require_user_text,
+    text_reference,
+    tool_names,
+    type_name,
+)
+from specregen.sources.ids import row_id
+
+# UltraChat names its id `prompt_id`.
+ID_FIELDS = ("id", "prompt_id")
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def convert(row: Any, *, dataset: str, row_label: str) -> Prompt | SourceReject:
+    sample_id = row_id(dataset, row, ID_FIELDS)
+    try:
+        fields = require_object(row)
+        messages = require_messages(fields)
+        tools = parse_tools(fields.get("tools"), "tools")
+        calls = {
+            i: assistant_calls(m, i) for i, m in enumerate(messages) if m["role"] == "assistant"
+        }
+        check_declared(calls, tools)
+        system, user_at = system_and_user_index(messages)
+        user = require_user_text(content_str(messages[user_at], user_at), f"messages[{user_at}]")
+    except RowError as err:
+        return reject(sample_id, row_label, str(err))
+    meta = {"source_row": row_label, "reference_first_turn": reference(messages, calls, user_at)}
+    return make_prompt(sample_id, system, user, tools=tools, meta=meta)
+
+
+def require_messages(fields: dict[str, Any]) -> list[dict[str, Any]]:
+    if "messages" not in fields:
+        raise RowError("missing field 'messages'")
+    messages = fields["messages"]
+    if not isinstance(messages, list):
+        raise RowError(f"field 'messages' is not a list (got {type_name(messages)})")
+    if not messages:
+        raise RowError("field 'messages' is empty")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise RowError(f"messages[{i}] is not an object (got {type_name(message)})")
+        role = message.get("role")
+        if role not in ROLES:
+            raise RowError(f"messages[{i}] has unknown role {role!r}")
+    return messages
+
+
+def content_str(message: dict[str, Any], index: int) -> str:
+    content = message.get("content")
+    if not isinstance(content, str):
+        raise RowError(f"messages[{index}].content is not a string (got {type_name(content)})")
+    return content
+
+
+def system_and_user_index(messages: list[dict[str, Any]]) -> tuple[str, int]:
+    system = DEFAULT_SYSTEM_PROMPT
+    first = 0
+    if messages[0]["role"] in ("system", "developer"):
+        system = content_str(messages[0], 0)
+        first = 1
+    if first >= len(messages):
+        raise RowError("messages hold a system message and no user turn")
+    if messages[first]["role"] != "user":
+        raise RowError(f"messages[{first}] is a {messages[first]['role']!r} turn, not 'user'")
+    return system, first
+
+
+def assistant_calls(message: dict[str, Any], index: int) -> list[tuple[str, dict[str, Any]]]:
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise RowError(f"messages[{index}].tool_calls is not a list")
+    calls = []
+    for k, call in enumerate(raw_calls):
+        where = f"messages[{index}].tool_calls[{k}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RowError(f"{where} has no function name")
+        try:
+            calls.append((function["name"], arguments_object(function.get("arguments"))))
+        except RowError as err:
+            raise RowError(f"{where}: {err}") from None
+    return calls
+
+
+def check_declared(
+    calls: dict[int, list[tuple[str, dict[str, Any]]]], tools: list[dict[str, Any]] | None
+) -> None:
+    declared = tool_names(tools)
+    for index, turn_calls in calls.items():
+        for name, _ in turn_calls:
+            if name not in declared:
+                raise RowError(f"messages[{index}] calls undeclared function {name!r}")
+
+
+def reference(
+    messages: list[dict[str, Any]],
+    calls: dict[int, list[tuple[str, dict[str, Any]]]],
+    user_at: int,
+) -> dict[str, Any] | None:
+    answer_at = user_at + 1
+    if answer_at >= len(messages) or messages[answer_at]["role"] != "assistant":
+        return None
+    if calls.get(answer_at):
+        return calls_reference(calls[answer_at])
+    content = messages[answer_at].get("content")
+    return text_reference(content) if isinstance(content, str) else None

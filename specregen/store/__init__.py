@@ -1,0 +1,1 @@
+"""Storage: parquet shards of token samples, append-only logs, manifests (fsspec paths)."""

@@ -1,0 +1,104 @@
+"""`specregen reconstruct`: one parquet row per input line, bad lines as error rows."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from specregen.cli import app
+from specregen.store.token_samples import read_token_samples
+
+REQUEST = {
+    "model": "moonshotai/kimi-k2.5",
+    "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+}
+
+
+def body(content: str, reasoning: str | None = "Greet back.") -> dict:
+    message = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning"] = reasoning
+    return {"choices": [{"message": message, "finish_reason": "stop"}], "usage": {}}
+
+
+def write_input(path, mini_fmt) -> None:
+    good = reconstruct_reference(mini_fmt)
+    lines = [
+        json.dumps({"sample_id": "a", "request": REQUEST, "response": body("Hello!")}),
+        "{not json",
+        json.dumps({"sample_id": "b", "request": REQUEST}),
+        json.dumps({"sample_id": "c", "request": {**REQUEST, "reasoning": {"enabled": False}},
+                    "response": body("Hey.", reasoning=None)}),
+        json.dumps({"sample_id": "d", "request": REQUEST, "response": body("Hello!"),
+                    "reference_completion_ids": good}),
+        json.dumps({"request": REQUEST, "response": body("x")}),
+        "",
+        json.dumps({"sample_id": "e", "request": REQUEST, "response": body("Hi", None)}),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def reconstruct_reference(fmt) -> list[int]:
+    from specregen.reconstruct import reconstruct
+
+    sample = reconstruct("a", REQUEST, body("Hello!"), fmt)
+    return sample.input_ids[sample.prompt_len :]
+
+
+def test_reconstruct_cli_writes_one_row_per_line(tmp_path, mini_fmt):
+    src = tmp_path / "in.jsonl"
+    write_input(src, mini_fmt)
+    out = tmp_path / "out" / "tokens.parquet"
+    result = CliRunner().invoke(
+        app, ["reconstruct", str(src), "--tokenizer", "mini", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    rows = {s.sample_id: s for s in read_token_samples(out)}
+    assert list(rows) == ["a", "line:2", "b", "c", "d", "line:6", "e"]
+    assert rows["a"].status == "ok" and rows["a"].thinking is True
+    assert rows["c"].status == "ok" and rows["c"].thinking is False
+    assert rows["d"].reference_match == "exact"
+    assert rows["e"].status == "flagged" and "reasoning_missing" in rows["e"].flags
+    assert "not JSON" in rows["line:2"].error
+    assert "response" in rows["b"].error and rows["b"].status == "error"
+    assert "sample_id" in rows["line:6"].error
+    assert set(pq.read_schema(out).names) >= {
+        "sample_id", "input_ids", "loss_mask", "prompt_len", "completion_len", "status", "flags",
+        "usage_prompt_delta", "usage_completion_delta", "reference_match", "error",
+    }
+    assert "exact" in result.output and "reasoning_missing" in result.output
+    assert not (out.parent / "tokens.parquet.tmp").exists()
+
+
+def test_no_thinking_flag_sets_the_default(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"sample_id": "a", "request": REQUEST,
+                               "response": body("Hey.", reasoning=None)}) + "\n")
+    out = tmp_path / "o.parquet"
+    result = CliRunner().invoke(
+        app, ["reconstruct", str(src), "--tokenizer", "mini", "--out", str(out), "--no-thinking"]
+    )
+    assert result.exit_code == 0, result.output
+    (sample,) = read_token_samples(out)
+    assert sample.thinking is False and sample.status == "ok"
+
+
+def test_unreadable_input_exits_nonzero(tmp_path):
+    result = CliRunner().invoke(
+        app, ["reconstruct", str(tmp_path / "missing.jsonl"), "--tokenizer", "mini",
+              "--out", str(tmp_path / "o.parquet")]
+    )
+    assert result.exit_code == 2
+    assert "cannot read" in result.output
+
+
+def test_bad_tokenizer_exits_nonzero(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("")
+    result = CliRunner().invoke(
+        app, ["reconstruct", str(src), "--tokenizer", str(tmp_path), "--out",
+              str(tmp_path / "o.parquet")]
+    )
+    assert result.exit_code == 2 and "tiktoken.model" in result.output
