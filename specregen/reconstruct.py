@@ -136,7 +136,9 @@ def reconstruct(
         reasoning=assembled.reasoning,
         content=assembled.content,
         tool_calls=assembled.tool_calls,
+        api_tool_calls=assembled.api_tool_calls,
         finish_reason=completion.finish_reason,
+        messages=messages,
         tools=tools,
         tool_mode="tools" if tools else "system_prompt",
     )

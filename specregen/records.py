@@ -86,8 +86,12 @@ class TokenSample:
     thinking: bool = True
     reasoning: str | None = None
     content: str | None = None
+    # The calls in the ids (after the id policy), and the calls as the API returned them
+    # (structured, or parsed from raw markers), for the gate's round trip.
     tool_calls: list[ToolCall] = field(default_factory=list)
+    api_tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str | None = None
+    messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_mode: ToolMode = "tools"
 

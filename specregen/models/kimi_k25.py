@@ -66,7 +66,8 @@ class Assembled:
     ids: list[int]
     reasoning: str | None
     content: str | None
-    tool_calls: list[ToolCall]
+    tool_calls: list[ToolCall]  # with the ids that are in `ids`
+    api_tool_calls: list[ToolCall]  # as the API gave them, or as parsed from raw markers
     flags: list[str] = field(default_factory=list)
 
 
@@ -513,6 +514,7 @@ class KimiK25:
             if raw_tail is not None:
                 calls = self._rename_raw_calls(calls, first_tool_index, flags)
 
+        api_calls = list(calls)
         ids: list[int] = []
         if thinking:
             ids.extend(enc(reasoning_text))
@@ -539,6 +541,7 @@ class KimiK25:
             reasoning=reasoning_text if reasoning is not None else None,
             content=content_text if content is not None else None,
             tool_calls=calls,
+            api_tool_calls=api_calls,
             flags=flags,
         )
 

@@ -30,7 +30,10 @@ SCHEMA = pa.schema(
         ("content", pa.string()),
         # JSON text: a list of {"id", "name", "arguments"} with arguments verbatim.
         ("tool_calls", pa.string()),
+        ("api_tool_calls", pa.string()),
         ("finish_reason", pa.string()),
+        # JSON text of the request's messages.
+        ("messages", pa.string()),
         # JSON text of the declared tools, or null.
         ("tools", pa.string()),
         ("tool_mode", pa.string()),
@@ -40,19 +43,25 @@ SCHEMA = pa.schema(
 ROW_GROUP_SIZE = 2_000
 
 
+_CALL_COLUMNS = ("tool_calls", "api_tool_calls")
+_JSON_COLUMNS = ("messages", "tools")
+
+
 def to_row(sample: TokenSample) -> dict[str, Any]:
     row = asdict(sample)
-    row["tool_calls"] = json.dumps(
-        [asdict(c) for c in sample.tool_calls], ensure_ascii=False
-    )
-    row["tools"] = None if sample.tools is None else json.dumps(sample.tools, ensure_ascii=False)
+    for name in _CALL_COLUMNS:
+        row[name] = json.dumps(row[name], ensure_ascii=False)
+    for name in _JSON_COLUMNS:
+        row[name] = None if row[name] is None else json.dumps(row[name], ensure_ascii=False)
     return row
 
 
 def from_row(row: dict[str, Any]) -> TokenSample:
     values = {name: row.get(name) for name in SCHEMA.names}
-    values["tool_calls"] = [ToolCall(**c) for c in json.loads(row.get("tool_calls") or "[]")]
-    values["tools"] = json.loads(row["tools"]) if row.get("tools") else None
+    for name in _CALL_COLUMNS:
+        values[name] = [ToolCall(**c) for c in json.loads(row.get(name) or "[]")]
+    for name in _JSON_COLUMNS:
+        values[name] = json.loads(row[name]) if row.get(name) else None
     values["flags"] = list(values["flags"] or [])
     values["input_ids"] = list(values["input_ids"] or [])
     values["loss_mask"] = list(values["loss_mask"] or [])
