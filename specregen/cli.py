@@ -25,7 +25,12 @@ def _main() -> None:
 
 @app.command()
 def reconstruct(
-    input_path: Annotated[Path, typer.Argument(metavar="INPUT", help="JSONL of request/response")],
+    input_path: Annotated[
+        str,
+        typer.Argument(
+            metavar="INPUT", help="JSONL of sample_id/request/response, or a raw log folder/URL"
+        ),
+    ],
     tokenizer: Annotated[
         str, typer.Option(help="'mini', a tokenizer folder, or a hub id like moonshotai/Kimi-K2.5")
     ],
@@ -40,10 +45,10 @@ def reconstruct(
         bool, typer.Option(help="Render prompts with the tokenizer folder's chat template")
     ] = False,
 ) -> None:
-    """Rebuild token ids from requests and responses; one parquet row per input line."""
+    """Rebuild token ids from requests and responses; one parquet row per input record."""
     from specregen.models.kimi_k25 import KimiK25
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
-    from specregen.reconstruct import ReconstructSummary, reconstruct_jsonl_lines
+    from specregen.reconstruct import ReconstructSummary, reconstruct_records
     from specregen.store.token_samples import write_token_samples
 
     if tools_format not in ("typescript", "json"):
@@ -58,17 +63,17 @@ def reconstruct(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     try:
-        handle = input_path.open(encoding="utf-8", errors="replace")
+        records = open_reconstruct_input(input_path)
     except OSError as exc:
-        console.print(f"[red]error:[/red] cannot read {input_path}: {exc.strerror}")
+        console.print(f"[red]error:[/red] cannot read {input_path}: {exc}")
         raise typer.Exit(2) from None
     summary = ReconstructSummary()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with handle, console.status("reconstructing") as status:
+    with console.status("reconstructing") as status:
 
         def tracked():
-            for sample in reconstruct_jsonl_lines(handle, fmt, default_thinking=thinking):
+            for sample in reconstruct_records(records, fmt, default_thinking=thinking):
                 summary.add(sample)
                 if summary.total % 1000 == 0:
                     status.update(f"reconstructing: {summary.total} samples")
@@ -77,6 +82,29 @@ def reconstruct(
         write_token_samples(tracked(), tmp)
     tmp.replace(out)
     print_reconstruct_summary(summary, out)
+
+
+def open_reconstruct_input(source: str):
+    """`(where, record)` pairs from a JSONL file, or the final results of a raw log folder."""
+    import fsspec
+
+    from specregen.store.rawlog import RawLog
+
+    fs, path = fsspec.core.url_to_fs(source)
+    if fs.isdir(path):
+        log = RawLog(source)
+        if not log.part_paths():
+            raise OSError(f"{source} is a folder without raw log parts (part-*.jsonl)")
+        return ((f"raw log record {r['sample_id']}", r) for r in log.iter_final_samples())
+    handle = fs.open(path, "rt", encoding="utf-8", errors="replace")  # raises when missing
+
+    def lines():
+        with handle:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    yield f"line {number}", line
+
+    return lines()
 
 
 def print_reconstruct_summary(summary, out: Path) -> None:
@@ -94,6 +122,12 @@ def print_reconstruct_summary(summary, out: Path) -> None:
     table.add_row("tokens", "completion", str(summary.completion_tokens))
     Console().print(table)
 
+
+app.command(name="infer")(__import__("specregen.client.command", fromlist=["infer"]).infer)
+app.command(name="gate")(__import__("specregen.gate_command", fromlist=["gate"]).gate)
+app.command(name="probe")(__import__("specregen.probe", fromlist=["probe_command"]).probe_command)
+
+app.command("emulator")(__import__("specregen.emulator.command", fromlist=["emulator"]).emulator)
 
 if __name__ == "__main__":
     app()

@@ -33,6 +33,7 @@ TRUST_BREAKING_FLAGS = frozenset(
         "markers_in_text",
         "markers_stripped",
         "tool_id_rewritten",
+        "tool_id_name_mismatch",
         "tool_calls_in_reasoning",
         "finish_reason_mismatch",
         "content_filter",
@@ -217,32 +218,50 @@ def reconstruct_jsonl_lines(
     config: ReconstructConfig | None = None,
 ) -> Iterator[TokenSample]:
     """One TokenSample per input line; a bad line becomes an `error` sample naming why."""
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield TokenSample.failed(f"line:{number}", f"line {number} is not JSON: {exc}")
-            continue
+    records = (
+        (f"line {number}", line) for number, line in enumerate(lines, start=1) if line.strip()
+    )
+    return reconstruct_records(
+        records, fmt, default_thinking=default_thinking, config=config
+    )
+
+
+def reconstruct_records(
+    records: Iterable[tuple[str, str | dict[str, Any]]],
+    fmt: KimiK25,
+    *,
+    default_thinking: bool = True,
+    config: ReconstructConfig | None = None,
+) -> Iterator[TokenSample]:
+    """Samples from `(where, record)` pairs; a record is a JSON line or an already decoded dict
+    with `sample_id`, `request`, `response` and optional `reference_completion_ids`."""
+    for where, raw in records:
+        record = raw
+        if isinstance(raw, str):
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                yield TokenSample.failed(_ref(where), f"{where} is not JSON: {exc}")
+                continue
         if not isinstance(record, dict):
-            yield TokenSample.failed(f"line:{number}", f"line {number} is not a JSON object")
+            yield TokenSample.failed(_ref(where), f"{where} is not a JSON object")
             continue
         sample_id = record.get("sample_id")
         if not isinstance(sample_id, str) or not sample_id:
-            yield TokenSample.failed(f"line:{number}", f"line {number} has no string 'sample_id'")
+            yield TokenSample.failed(_ref(where), f"{where} has no string 'sample_id'")
             continue
         missing = [k for k in ("request", "response") if not isinstance(record.get(k), dict)]
         if missing:
-            yield TokenSample.failed(sample_id, f"line {number}: missing or not an object: "
-                                     + ", ".join(missing))
+            yield TokenSample.failed(
+                sample_id, f"{where}: missing or not an object: " + ", ".join(missing)
+            )
             continue
         reference = record.get("reference_completion_ids")
         if reference is not None and not (
             isinstance(reference, list) and all(type(t) is int for t in reference)
         ):
             yield TokenSample.failed(
-                sample_id, f"line {number}: reference_completion_ids is not a list of ints"
+                sample_id, f"{where}: reference_completion_ids is not a list of ints"
             )
             continue
         yield reconstruct(
@@ -254,6 +273,11 @@ def reconstruct_jsonl_lines(
             default_thinking=default_thinking,
             config=config,
         )
+
+
+def _ref(where: str) -> str:
+    # "line 7" -> "line:7": the sample id of an input line that has none.
+    return where.replace(" ", ":", 1)
 
 
 @dataclass

@@ -128,7 +128,8 @@ LITERALS = ['"<|im_end|>"', "<think>", "</think>", '"<|tool_call_begin|>"']
 
 
 def sentence(rng: random.Random) -> str:
-    words = [rng.choice(WORDS) for _ in range(rng.randint(6, 18))]
+    # `choices` draws all words in one call: the emulator writes most of its text here.
+    words = rng.choices(WORDS, k=rng.randint(6, 18))
     words[0] = words[0].capitalize()
     return " ".join(words) + rng.choice([".", ".", ".", "?", ":", "!"])
 

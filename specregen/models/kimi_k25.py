@@ -532,7 +532,11 @@ class KimiK25:
         if not truncated:
             ids.append(self.ids[IM_END])
 
-        if has_marker_text(content_text) or has_marker_text(reasoning_text):
+        if (
+            has_marker_text(content_text)
+            or has_marker_text(reasoning_text)
+            or any(has_marker_text(c.arguments) or has_marker_text(c.id) for c in api_calls)
+        ):
             flags.append("markers_in_text")
         if THINK in content_text or THINK_END in content_text:
             flags.append("think_tag_in_text")
@@ -557,6 +561,9 @@ class KimiK25:
             out.append(ToolCall(new_id, call.name, call.arguments))
         if rewritten:
             flags.append("tool_id_rewritten")
+        if any(name_from_tool_id(c.id) != c.name for c in out):
+            # The id the model wrote names another function than the call the API parsed.
+            flags.append("tool_id_name_mismatch")
         return out
 
     @staticmethod

@@ -242,3 +242,17 @@ def test_reference_classification(fmt):
 )
 def test_thinking_mode_from_request(request_fields, expected):
     assert thinking_from_request(request_fields) is expected
+
+
+def test_marker_text_inside_structured_arguments_is_flagged(fmt):
+    message = {"reasoning": "x", "content": None,
+               "tool_calls": [call(args='{"city": "<|tool_call_end|>"}')]}
+    sample = reconstruct("s", REQUEST, response(message, "tool_calls"), fmt)
+    assert sample.status == "flagged" and "markers_in_text" in sample.flags
+
+
+def test_id_naming_another_function_is_flagged(fmt):
+    message = {"reasoning": "x", "content": None,
+               "tool_calls": [call("functions.search_web:0")]}
+    sample = reconstruct("s", REQUEST, response(message, "tool_calls"), fmt)
+    assert sample.status == "flagged" and "tool_id_name_mismatch" in sample.flags

@@ -1,0 +1,218 @@
+"""Settings of one inference endpoint: where, which model, how to ask, how hard to push.
+
+The API key itself is never part of the config, only the NAME of the environment variable that
+holds it (`api_key_env`), so a config can be logged, hashed and committed safely. Validation
+errors name the field (`sampling.max_tokens: ...`) and never echo the input value, in case a key
+was pasted into the wrong field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Dialect = Literal["openrouter", "vllm", "sglang", "moonshot"]
+Effort = Literal["xhigh", "high", "medium", "low", "minimal", "none"]
+Quantization = Literal["int4", "int8", "fp4", "fp6", "fp8", "fp16", "bf16", "fp32", "unknown"]
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+
+
+class ConfigError(ValueError):
+    """An endpoint config that does not validate; the message lists each field and its problem."""
+
+
+class ProviderRouting(BaseModel):
+    """OpenRouter's `provider` object (sent only to the openrouter dialect)."""
+
+    model_config = _STRICT
+
+    order: list[str] | None = None
+    only: list[str] | None = None
+    ignore: list[str] | None = None
+    allow_fallbacks: bool | None = None
+    require_parameters: bool | None = None
+    quantizations: list[Quantization] | None = None
+    data_collection: Literal["allow", "deny"] | None = None
+    enforce_distillable_text: bool | None = None
+    zdr: bool | None = None
+    sort: Literal["price", "throughput", "latency"] | dict[str, Any] | None = None
+
+    def as_body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ReasoningConfig(BaseModel):
+    """OpenRouter's `reasoning` object."""
+
+    model_config = _STRICT
+
+    enabled: bool | None = None
+    effort: Effort | None = None
+    exclude: bool | None = None
+    max_tokens: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _effort_or_budget(self) -> ReasoningConfig:
+        if self.effort is not None and self.max_tokens is not None:
+            raise ValueError("set either effort or max_tokens, not both (OpenRouter rejects both)")
+        return self
+
+    def as_body(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class Sampling(BaseModel):
+    model_config = _STRICT
+
+    max_tokens: int | None = Field(default=None, gt=0)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: int | None = None
+
+
+class Timeouts(BaseModel):
+    """Seconds. Streams are judged by the gap between chunks, not by their total length."""
+
+    model_config = _STRICT
+
+    connect: float = Field(default=15.0, gt=0)
+    # Streaming: the longest silence allowed between two received lines (keep-alive comments
+    # count: OpenRouter sends them while the upstream is still queueing or prefilling). Also
+    # bounds the wait for the response headers.
+    idle: float = Field(default=120.0, gt=0)
+    # Non-streaming: the longest wait for the whole response after the connection is made.
+    read: float = Field(default=900.0, gt=0)
+    # Optional hard cap on one attempt, stream or not (None: no cap beyond the above).
+    attempt: float | None = Field(default=None, gt=0)
+
+
+class RetryPolicy(BaseModel):
+    model_config = _STRICT
+
+    # Attempts per sample, the first one included.
+    max_attempts: int = Field(default=6, ge=1)
+    base_delay: float = Field(default=1.0, ge=0)
+    max_delay: float = Field(default=60.0, ge=0)
+    # Full jitter: the delay is uniform in [0, min(max_delay, base_delay * 2**(n-1))].
+    jitter: bool = True
+    # A server's Retry-After is honoured up to this many seconds.
+    max_retry_after: float = Field(default=300.0, ge=0)
+
+
+class Prices(BaseModel):
+    """USD per million tokens, for the cost of responses that carry no `usage.cost`."""
+
+    model_config = _STRICT
+
+    prompt_per_million: float = Field(ge=0)
+    completion_per_million: float = Field(ge=0)
+
+
+class EndpointConfig(BaseModel):
+    model_config = _STRICT
+
+    base_url: str
+    model: str = Field(min_length=1)
+    dialect: Dialect = "openrouter"
+    # The NAME of the environment variable that holds the key, never the key.
+    api_key_env: str = "OPENROUTER_API_KEY"
+
+    provider: ProviderRouting | None = None
+    reasoning: ReasoningConfig | None = None
+    # Kimi's thinking switch, mapped per dialect (reasoning.enabled, chat_template_kwargs,
+    # Moonshot `thinking`); None sends nothing and leaves the server default (thinking on).
+    thinking: bool | None = None
+    sampling: Sampling = Sampling()
+    stream: bool = True
+    # Ask for `prompt_token_ids` and per-choice `token_ids` (the reference ids). vLLM and the
+    # emulator honour it whatever the dialect; hosted APIs do not return ids (and OpenRouter
+    # with `require_parameters` may refuse to route a request that carries it).
+    return_token_ids: bool = False
+
+    http_referer: str | None = None
+    app_title: str | None = None
+
+    timeouts: Timeouts = Timeouts()
+    retry: RetryPolicy = RetryPolicy()
+    prices: Prices | None = None
+
+    # Requests in flight at once; spread over ceil(concurrency / connections_per_shard)
+    # httpx clients because one client's pool bookkeeping is quadratic in its connections.
+    # Client CPU per request grows with connections per client (measured on 2 vCPUs: ~3 ms at
+    # 25, ~11 ms at 100), so shards are small.
+    concurrency: int = Field(default=64, ge=1, le=100_000)
+    connections_per_shard: int = Field(default=25, ge=1, le=1_000)
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, ge=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip()
+        if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, value: str) -> str:
+        # A key pasted here would be stored with the config: refuse anything that is not a
+        # plausible variable name (keys contain '-' and are long).
+        if not _ENV_NAME.fullmatch(value):
+            raise ValueError(
+                "must be the NAME of an environment variable (letters, digits, '_', at most 64"
+                " characters), not a key"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _dialect_fields(self) -> EndpointConfig:
+        if self.dialect != "openrouter":
+            for name in ("provider", "reasoning"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: only the openrouter dialect has it (dialect is {self.dialect});"
+                        " use 'thinking' to switch reasoning"
+                    )
+        reasoning = self.reasoning
+        if reasoning is not None and self.thinking is not None:
+            off = reasoning.enabled is False or reasoning.effort == "none"
+            on = reasoning.enabled is True or (reasoning.effort not in (None, "none"))
+            if (self.thinking and off) or (not self.thinking and on):
+                raise ValueError("thinking: contradicts the reasoning settings")
+        if self.budget_usd is not None and self.prices is None and self.dialect != "openrouter":
+            raise ValueError(
+                f"budget_usd: needs prices (the {self.dialect} API reports no usage.cost)"
+            )
+        return self
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def shards(self) -> int:
+        return math.ceil(self.concurrency / self.connections_per_shard)
+
+    @classmethod
+    def load(cls, data: dict[str, Any]) -> EndpointConfig:
+        """Validate a plain mapping; a failure raises ConfigError naming every bad field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(format_errors(exc)) from None
+
+
+def format_errors(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_input=False, include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        # Cross-field checks name their field at the start of the message themselves.
+        lines.append(f"{where}: {message}" if where else message)
+    return "invalid endpoint config: " + "; ".join(lines)

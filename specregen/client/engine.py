@@ -1,0 +1,592 @@
+"""Run many prompts through one endpoint with a full in-flight window, retries, limits and budget.
+
+Shape of a run:
+
+* `cfg.concurrency` worker coroutines pull from one shared prompt iterator; each owns a sample
+  through all its attempts and pulls the next sample the moment it is done. There is no batch
+  and no barrier, so the window stays full until the input runs dry. A worker sleeping in a
+  retry backoff keeps its slot: under 429s that is the back-pressure we want.
+* Workers are spread over ceil(concurrency / connections_per_shard) `httpx.AsyncClient`s with
+  `Limits(max_connections=connections_per_shard)`: one client with thousands of connections
+  spends its time in httpcore's quadratic pool bookkeeping (../shared/PREFECT.md rows 19-23).
+* Every finished attempt becomes one raw-log record; a sample counts as done only when its final
+  record is durable. Samples whose (sample_id, request fingerprint) already have a final record
+  are skipped (permanently failed ones too, unless `retry_failed`).
+* Retries: exponential backoff with full jitter, capped, never shorter than the server's
+  Retry-After, up to `retry.max_attempts` attempts; then the sample fails permanently with the
+  last error. Permanent errors (400/403/404/422...) fail the sample at once.
+* Fatal errors (401/402): no new request starts, samples waiting in backoff or for the rate
+  limiter give up, and requests already in flight are allowed to finish and are logged, because
+  they may already be paid for and their answers are worth keeping (a 401 answers at once anyway).
+  Then `FatalAPIError` is raised; its message names `cfg.api_key_env`, never the key.
+* Budget: before each request, spent + (in flight + 1) x projected cost per request must stay
+  within `budget_usd`; the projection is the mean cost of the finished requests, or max_tokens x
+  the completion price before any finished. Once it would not, nothing new starts, in-flight
+  requests finish, and the summary says `stopped_reason="budget"`.
+* Requests-per-minute: a local token bucket (GCRA) in front of every attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any
+
+import httpx
+
+from specregen.client.config import EndpointConfig, Prices, RetryPolicy
+from specregen.client.request import build_request, request_fingerprint, storable_request
+from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
+from specregen.client.transport import AttemptResult, send
+from specregen.records import Prompt
+from specregen.store.rawlog import (
+    FINAL_ANSWER,
+    AttemptRecord,
+    RawLog,
+    RawLogError,
+    utc_now_iso,
+)
+
+log = logging.getLogger(__name__)
+
+# The progress callback is called at most this often (seconds), plus once at the end.
+PROGRESS_INTERVAL = 0.25
+# Rates shown in progress are measured over this trailing window (seconds).
+RATE_WINDOW = 10.0
+
+
+class FatalAPIError(RuntimeError):
+    """The endpoint refuses every request (bad key, no credits, unusable URL); the run stopped.
+
+    The message names the environment variable of the key, never the key. `summary` holds the
+    counts of what was done before the stop.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        error_class: str,
+        http_status: int | None,
+        summary: InferenceSummary | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.http_status = http_status
+        self.summary = summary
+
+
+@dataclass(slots=True)
+class ProgressSnapshot:
+    done: int
+    failed: int
+    in_flight: int
+    requests_per_s: float
+    tokens_per_s: float
+    cost_usd: float
+    skipped: int = 0
+    requests_sent: int = 0
+    retries: int = 0
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class InferenceSummary:
+    ok: int = 0
+    truncated: int = 0
+    failed: int = 0  # permanently failed samples (final failed records)
+    skipped: int = 0  # already final in the log
+    duplicates: int = 0  # repeated sample ids in the input, processed once
+    fatal: int = 0  # attempts that ended in a fatal error
+    # Taken from the input but left without a final result because the run stopped (budget,
+    # fatal); a rerun requests them.
+    abandoned: int = 0
+    requests_sent: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    mean_in_flight: float = 0.0
+    peak_in_flight: int = 0
+    stopped_reason: str | None = None  # None: ran to the end; "budget"; "fatal"
+    errors: dict[str, int] = field(default_factory=dict)  # error class -> attempts
+
+    @property
+    def done(self) -> int:
+        return self.ok + self.truncated
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def backoff_delay(
+    attempt: int,
+    policy: RetryPolicy,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based)."""
+    ceiling = min(policy.max_delay, policy.base_delay * 2.0 ** min(attempt - 1, 60))
+    delay = (rng or random).uniform(0.0, ceiling) if policy.jitter else ceiling
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, policy.max_retry_after))
+    return delay
+
+
+def response_cost(response: dict[str, Any] | None, prices: Prices | None) -> float | None:
+    """USD of one response: `usage.cost` when the API reports it, else usage x prices."""
+    usage = response.get("usage") if isinstance(response, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    cost = usage.get("cost")
+    if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost):
+        return float(cost)
+    if prices is None:
+        return None
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    return (prompt * prices.prompt_per_million + completion * prices.completion_per_million) / 1e6
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class RateLimiter:
+    """Requests-per-minute limit as a GCRA token bucket: slots spaced 60/rpm s apart, with
+    `burst` slots usable at once after a quiet spell."""
+
+    def __init__(
+        self,
+        per_minute: float,
+        *,
+        burst: int = 1,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.interval = 60.0 / per_minute
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._sleep = sleep
+        self._next = -math.inf
+
+    async def acquire(self) -> None:
+        now = self._clock()
+        slot = max(self._next, now - (self.burst - 1) * self.interval)
+        self._next = slot + self.interval
+        if slot > now:
+            await self._sleep(slot - now)
+
+
+async def run_inference(
+    prompts: Iterable[Prompt],
+    cfg: EndpointConfig,
+    log: RawLog,
+    *,
+    api_key: ApiKey | str | None,
+    progress: Callable[[ProgressSnapshot], Any] | None = None,
+    retry_failed: bool = False,
+    transport: httpx.AsyncBaseTransport | None = None,
+    progress_interval: float = PROGRESS_INTERVAL,
+    rng: random.Random | None = None,
+) -> InferenceSummary:
+    """Request every prompt that has no final result in `log` yet; see the module docstring.
+
+    `api_key` None sends no Authorization header (a local server). `transport` replaces the
+    network for every client shard (tests, an in-process emulator). Raises FatalAPIError when
+    the endpoint refuses every request; the log holds everything finished before that.
+    """
+    run = _Run(cfg, log, as_api_key(api_key), retry_failed, transport, rng or random.Random())
+    return await run.execute(prompts, progress, progress_interval)
+
+
+class _Run:
+    def __init__(
+        self,
+        cfg: EndpointConfig,
+        log: RawLog,
+        key: ApiKey | None,
+        retry_failed: bool,
+        transport: httpx.AsyncBaseTransport | None,
+        rng: random.Random,
+    ) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.key = key
+        self.retry_failed = retry_failed
+        self.transport = transport
+        self.rng = rng
+        self.summary = InferenceSummary()
+        self.errors: Counter[str] = Counter()
+        self.stop_event = asyncio.Event()
+        self.fatal_result: AttemptResult | None = None
+        self.write_error: BaseException | None = None
+        self.rpm = RateLimiter(cfg.requests_per_minute) if cfg.requests_per_minute else None
+        self.in_flight = 0
+        self._flight_area = 0.0
+        self._flight_mark = 0.0
+        self.started = 0.0
+        self.finished_requests = 0
+        self._cost_sum = 0.0
+        self._cost_n = 0
+        self._seen: set[str] = set()
+        self._index: dict[tuple[str, str], str] = {}
+        self._source: Iterator[Prompt] = iter(())
+        self._rates: deque[tuple[float, int, int]] = deque()
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        prompts: Iterable[Prompt],
+        progress: Callable[[ProgressSnapshot], Any] | None,
+        interval: float,
+    ) -> InferenceSummary:
+        cfg = self.cfg
+        # The index is read before the first request: a rerun never pays twice for a sample.
+        self._index = await asyncio.to_thread(self.log.final_index)
+        self._source = iter(prompts)
+        self.started = self._flight_mark = time.monotonic()
+        per_shard = cfg.connections_per_shard
+        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
+        # One TLS context for all shards: each client would otherwise load the CA bundle again
+        # (about 30 ms of CPU each, 6 s for 200 shards).
+        tls = httpx.create_ssl_context()
+        clients = [
+            httpx.AsyncClient(limits=limits, transport=self.transport, verify=tls)
+            for _ in range(cfg.shards)
+        ]
+        reporter = asyncio.create_task(self._report(progress, interval)) if progress else None
+        try:
+            async with asyncio.TaskGroup() as group:
+                for worker in range(cfg.concurrency):
+                    group.create_task(self._worker(clients[worker // per_shard]))
+        finally:
+            if reporter is not None:
+                reporter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reporter
+            for client in clients:
+                await client.aclose()
+            # Everything queued must be durable before the counts are final.
+            await self.log.flush()
+        self._finish_summary()
+        if progress is not None:
+            self._call_progress(progress)
+        if self.write_error is not None:
+            raise self.write_error
+        if self.fatal_result is not None:
+            raise self._fatal_error(self.fatal_result)
+        return self.summary
+
+    async def _worker(self, client: httpx.AsyncClient) -> None:
+        while not self.stop_event.is_set():
+            # The budget is checked in _sample, after the pull: when the input is exhausted the
+            # run completed, whatever the budget says.
+            item = self._next_sample()
+            if item is None:
+                return
+            await self._sample(client, *item)
+
+    def _next_sample(self) -> tuple[Prompt, dict[str, Any], str] | None:
+        for prompt in self._source:
+            sample_id = prompt.sample_id
+            if sample_id in self._seen:
+                self.summary.duplicates += 1
+                continue
+            self._seen.add(sample_id)
+            body = build_request(prompt, self.cfg)
+            fingerprint = request_fingerprint(body)
+            status = self._index.get((sample_id, fingerprint))
+            if status in FINAL_ANSWER or (status == "failed" and not self.retry_failed):
+                self.summary.skipped += 1
+                continue
+            return prompt, body, fingerprint
+        return None
+
+    async def _sample(
+        self, client: httpx.AsyncClient, prompt: Prompt, body: dict[str, Any], fingerprint: str
+    ) -> None:
+        cfg = self.cfg
+        stored_request = scrub_obj(storable_request(body), self.key)
+        for attempt in range(1, cfg.retry.max_attempts + 1):
+            if self.rpm is not None and not self.stop_event.is_set():
+                await self.rpm.acquire()
+            if not self.stop_event.is_set() and not self._budget_allows():
+                self._stop("budget")
+            if self.stop_event.is_set():
+                self.summary.abandoned += 1
+                return
+            result = await self._attempt(client, body)
+            cost = response_cost(result.response, cfg.prices)
+            self._account(result, cost)
+            final = (
+                result.final_answer
+                or result.kind == "permanent"
+                or (result.kind == "retryable" and attempt == cfg.retry.max_attempts)
+            )
+            record = self._record(
+                prompt.sample_id, fingerprint, attempt, result, cost, final, stored_request
+            )
+            try:
+                future = self.log.submit(record)
+            except RawLogError as exc:
+                self._write_failed(exc)
+                self.summary.abandoned += 1
+                return
+            future.add_done_callback(partial(self._written, result.status if final else None))
+            if final:
+                if result.status == "failed":
+                    log.info(
+                        "sample %s failed permanently after %d attempt(s): %s %s",
+                        prompt.sample_id,
+                        attempt,
+                        result.error_class,
+                        result.error_message,
+                    )
+                return
+            if result.kind == "fatal":
+                self.summary.fatal += 1
+                self.summary.abandoned += 1
+                if self.fatal_result is None:
+                    self.fatal_result = result
+                self._stop("fatal")
+                return
+            self.summary.retries += 1
+            delay = backoff_delay(attempt, cfg.retry, result.retry_after_s, self.rng)
+            log.debug(
+                "sample %s attempt %d: %s; retrying in %.2f s",
+                prompt.sample_id,
+                attempt,
+                result.error_class,
+                delay,
+            )
+            if await self._sleep_unless_stopped(delay):
+                self.summary.abandoned += 1
+                return
+
+    async def _attempt(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AttemptResult:
+        self._flight(+1)
+        self.summary.requests_sent += 1
+        try:
+            return await send(client, self.cfg, body, self.key)
+        finally:
+            self._flight(-1)
+            self.finished_requests += 1
+
+    async def _sleep_unless_stopped(self, delay: float) -> bool:
+        """Sleep `delay` s; True (at once) if the run stops meanwhile."""
+        if delay <= 0:
+            return self.stop_event.is_set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self.stop_event.wait()
+        return self.stop_event.is_set()
+
+    def _stop(self, reason: str) -> None:
+        if not self.stop_event.is_set():
+            self.summary.stopped_reason = reason
+            self.stop_event.set()
+            log.info("inference stopping: %s", reason)
+
+    # -- accounting ------------------------------------------------------------------------
+
+    def _flight(self, delta: int) -> None:
+        now = time.monotonic()
+        self._flight_area += self.in_flight * (now - self._flight_mark)
+        self._flight_mark = now
+        self.in_flight += delta
+        self.summary.peak_in_flight = max(self.summary.peak_in_flight, self.in_flight)
+
+    def _account(self, result: AttemptResult, cost: float | None) -> None:
+        if result.error_class:
+            self.errors[result.error_class] += 1
+        if cost is not None:
+            self.summary.cost_usd += cost
+            self._cost_sum += cost
+            self._cost_n += 1
+        usage = result.response.get("usage") if result.response else None
+        if result.final_answer and isinstance(usage, dict):
+            self.summary.prompt_tokens += _int(usage.get("prompt_tokens"))
+            self.summary.completion_tokens += _int(usage.get("completion_tokens"))
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict):
+                self.summary.reasoning_tokens += _int(details.get("reasoning_tokens"))
+
+    def _projected_cost(self) -> float:
+        if self._cost_n:
+            return self._cost_sum / self._cost_n
+        prices, max_tokens = self.cfg.prices, self.cfg.sampling.max_tokens
+        if prices is not None and max_tokens is not None:
+            return max_tokens * prices.completion_per_million / 1e6
+        return 0.0
+
+    def _budget_allows(self) -> bool:
+        budget = self.cfg.budget_usd
+        if budget is None:
+            return True
+        projected = self.summary.cost_usd + (self.in_flight + 1) * self._projected_cost()
+        return projected <= budget
+
+    def _write_failed(self, error: BaseException) -> None:
+        if self.write_error is None:
+            self.write_error = error
+            self._stop("raw_log_error")
+
+    def _written(self, final_status: str | None, future: asyncio.Future[None]) -> None:
+        if future.cancelled():
+            self._write_failed(RawLogError(f"raw log {self.log.root_url}: write cancelled"))
+            return
+        error = future.exception()
+        if error is not None:
+            self._write_failed(error)
+            return
+        if final_status == "ok":
+            self.summary.ok += 1
+        elif final_status == "truncated":
+            self.summary.truncated += 1
+        elif final_status == "failed":
+            self.summary.failed += 1
+
+    def _record(
+        self,
+        sample_id: str,
+        fingerprint: str,
+        attempt: int,
+        result: AttemptResult,
+        cost: float | None,
+        final: bool,
+        stored_request: dict[str, Any],
+    ) -> AttemptRecord:
+        response = result.response
+        usage = response.get("usage") if isinstance(response, dict) else None
+        record = AttemptRecord(
+            sample_id=sample_id,
+            fingerprint=fingerprint,
+            attempt=attempt,
+            status=result.status,
+            final=final,
+            error_class=result.error_class,
+            error_message=scrub_text(result.error_message, self.key)
+            if result.error_message
+            else None,
+            latency_s=result.latency_s,
+            http_status=result.http_status,
+            provider=_str(response, "provider"),
+            model=_str(response, "model"),
+            generation_id=result.generation_id,
+            usage=usage if isinstance(usage, dict) else None,
+            cost_usd=cost,
+            created_at=utc_now_iso(),
+        )
+        if final:
+            record.request = stored_request
+            if response is not None:
+                stored, reference, prompt_ids = _lift_token_ids(response)
+                record.response = scrub_obj(stored, self.key)
+                record.reference_completion_ids = reference
+                record.prompt_token_ids = prompt_ids
+        return record
+
+    # -- reporting -------------------------------------------------------------------------
+
+    def snapshot(self) -> ProgressSnapshot:
+        now = time.monotonic()
+        self._rates.append((now, self.finished_requests, self.summary.completion_tokens))
+        while len(self._rates) > 2 and now - self._rates[1][0] >= RATE_WINDOW:
+            self._rates.popleft()
+        then, requests, tokens = self._rates[0]
+        if now - then < 1e-6:
+            then, requests, tokens = self.started, 0, 0
+        span = max(now - then, 1e-6)
+        return ProgressSnapshot(
+            done=self.summary.done,
+            failed=self.summary.failed,
+            in_flight=self.in_flight,
+            requests_per_s=(self.finished_requests - requests) / span,
+            tokens_per_s=(self.summary.completion_tokens - tokens) / span,
+            cost_usd=self.summary.cost_usd,
+            skipped=self.summary.skipped,
+            requests_sent=self.summary.requests_sent,
+            retries=self.summary.retries,
+            elapsed_s=now - self.started,
+        )
+
+    def _call_progress(self, progress: Callable[[ProgressSnapshot], Any]) -> None:
+        try:
+            progress(self.snapshot())
+        except Exception:
+            log.exception("progress callback failed; the run goes on")
+
+    async def _report(self, progress: Callable[[ProgressSnapshot], Any], interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self._call_progress(progress)
+
+    def _finish_summary(self) -> None:
+        self._flight(0)
+        wall = time.monotonic() - self.started
+        self.summary.wall_s = wall
+        self.summary.mean_in_flight = self._flight_area / wall if wall > 0 else 0.0
+        self.summary.errors = dict(self.errors)
+
+    def _fatal_error(self, result: AttemptResult) -> FatalAPIError:
+        var = self.cfg.api_key_env
+        detail = scrub_text(result.error_message or "", self.key)
+        if result.error_class == "unauthorized" and self.key is None:
+            message = f"the server requires an API key and ${var} is not set ({detail})"
+        elif result.error_class == "unauthorized":
+            message = f"the API rejected the key in ${var} ({detail}); set {var} to a valid key"
+        elif result.error_class == "payment_required":
+            message = (
+                f"the account of the key in ${var} cannot pay for requests ({detail});"
+                " add credits or use another key"
+            )
+        else:
+            message = detail
+        return FatalAPIError(
+            message,
+            error_class=result.error_class or "fatal",
+            http_status=result.http_status,
+            summary=self.summary,
+        )
+
+
+def _str(body: Any, name: str) -> str | None:
+    value = body.get(name) if isinstance(body, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return value
+    return None
+
+
+def _lift_token_ids(
+    response: dict[str, Any],
+) -> tuple[dict[str, Any], list[int] | None, list[int] | None]:
+    """The response without vLLM's token-id arrays, and those arrays (stored once, top level)."""
+    prompt_ids = _int_list(response.get("prompt_token_ids"))
+    choices = response.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reference = _int_list(first.get("token_ids")) if isinstance(first, dict) else None
+    if prompt_ids is None and reference is None:
+        return response, None, None
+    stored = dict(response)
+    if prompt_ids is not None:
+        stored.pop("prompt_token_ids")
+    if reference is not None:
+        assert isinstance(choices, list) and isinstance(first, dict)
+        stored["choices"] = [{k: v for k, v in first.items() if k != "token_ids"}, *choices[1:]]
+    return stored, reference, prompt_ids

@@ -1,0 +1,63 @@
+"""Prompt + endpoint config -> the chat-completions request body, and its fingerprint.
+
+Each dialect switches Kimi's thinking its own way: OpenRouter through `reasoning`, vLLM/SGLang
+through `chat_template_kwargs.thinking`, Moonshot through `thinking.type`. These are exactly the
+fields `specregen.normalize.thinking_from_request` reads back during reconstruction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specregen.client.config import EndpointConfig
+from specregen.records import Prompt
+from specregen.store.fingerprint import fingerprint
+
+# Transport options: they change how the answer travels, not what the model is asked, so a
+# streamed and a non-streamed run of the same prompt share one fingerprint.
+TRANSPORT_FIELDS = frozenset({"stream", "stream_options"})
+# Never part of a body we build; dropped anyway in case a caller's body carries one.
+SECRET_FIELDS = frozenset({"api_key", "authorization", "Authorization"})
+
+
+def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": cfg.model, "messages": prompt.messages}
+    if prompt.tool_mode == "tools" and prompt.tools:
+        body["tools"] = prompt.tools
+    for name, value in cfg.sampling.model_dump(exclude_none=True).items():
+        body[name] = value
+
+    if cfg.dialect == "openrouter":
+        reasoning = cfg.reasoning.as_body() if cfg.reasoning else {}
+        if cfg.thinking is not None and "enabled" not in reasoning:
+            reasoning["enabled"] = cfg.thinking
+        if reasoning:
+            body["reasoning"] = reasoning
+        if cfg.provider is not None and (routing := cfg.provider.as_body()):
+            body["provider"] = routing
+    elif cfg.dialect in ("vllm", "sglang"):
+        if cfg.thinking is not None:
+            body["chat_template_kwargs"] = {"thinking": cfg.thinking}
+    elif cfg.dialect == "moonshot" and cfg.thinking is not None:
+        body["thinking"] = {"type": "enabled" if cfg.thinking else "disabled"}
+    if cfg.return_token_ids:
+        body["return_token_ids"] = True
+
+    if cfg.stream:
+        body["stream"] = True
+        # vLLM/SGLang send usage in a stream only when asked; OpenRouter always sends it and
+        # documents the option as a no-op; Moonshot puts usage in the last chunk by itself.
+        if cfg.dialect != "moonshot":
+            body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def request_fingerprint(body: dict[str, Any]) -> str:
+    """sha256 of the canonical body, without transport options and without anything secret."""
+    kept = {k: v for k, v in body.items() if k not in TRANSPORT_FIELDS and k not in SECRET_FIELDS}
+    return fingerprint(kept)
+
+
+def storable_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The body as it goes into the raw log: everything but secret fields."""
+    return {k: v for k, v in body.items() if k not in SECRET_FIELDS}

@@ -1,0 +1,152 @@
+"""The pipeline configuration: one YAML file, validated before anything is requested.
+
+    storage: s3://bucket/specregen          # or a local folder
+    tokenizer: moonshotai/Kimi-K2.5         # or a folder, or `mini`
+    endpoint: {base_url: ..., model: ..., api_key_env: OPENROUTER_API_KEY, ...}
+    api_key_secret: openrouter-api-key      # optional: a Prefect Secret block instead of the env
+    datasets:
+      - {name: B1_glaive, adapter: glaive, source: hf://..., tool_mode: tools,
+         gate: {max_quarantine_share: 0.02}}
+
+Errors name the field (`datasets.0.adapter: ...`) and never echo values, in case a key was
+pasted into the wrong place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specregen.client.config import EndpointConfig
+from specregen.gate.config import GateConfig
+from specregen.sources import ADAPTERS, BUNDLED_SAMPLES
+
+_STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
+BUNDLED_PREFIX = "bundled:"
+
+
+class ConfigError(ValueError):
+    """A configuration that does not validate; the message lists each field and its problem."""
+
+
+class DatasetConfig(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
+    adapter: str
+    # A path or URL (local, s3://, hf://), or `bundled:NAME` for a sample shipped with specregen.
+    source: str
+    limit: int | None = Field(default=None, ge=1)
+    tool_mode: Literal["tools", "system_prompt"] = "tools"
+    # Adapter options, e.g. {instruction_prefix: true} for magicoder.
+    options: dict[str, Any] = Field(default_factory=dict)
+    # Gate overrides for this dataset; the gate itself cannot be turned off.
+    gate: dict[str, Any] = Field(default_factory=dict)
+    # Refuse to start when the endpoint's probe says tool calls are unrecoverable. By default on
+    # for datasets that declare tools.
+    requires_tool_calls: bool | None = None
+
+    @field_validator("adapter")
+    @classmethod
+    def _known_adapter(cls, value: str) -> str:
+        if value not in ADAPTERS:
+            raise ValueError(f"unknown adapter; known: {', '.join(sorted(ADAPTERS))}")
+        return value
+
+    @field_validator("gate")
+    @classmethod
+    def _valid_gate(cls, value: dict[str, Any]) -> dict[str, Any]:
+        GateConfig().override(value)  # raises with the setting's name
+        return value
+
+    @field_validator("source")
+    @classmethod
+    def _known_bundle(cls, value: str) -> str:
+        if value.startswith(BUNDLED_PREFIX) and value[len(BUNDLED_PREFIX) :] not in BUNDLED_SAMPLES:
+            raise ValueError(f"no bundled sample; known: {', '.join(sorted(BUNDLED_SAMPLES))}")
+        return value
+
+    @property
+    def adapter_options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        if self.adapter == "glaive":
+            options.setdefault("tool_mode", self.tool_mode)
+        return options
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig().override(self.gate)
+
+    def resolved_source(self, base: Path | None = None) -> str:
+        """The source as a path or URL; relative paths are relative to the config file."""
+        if self.source.startswith(BUNDLED_PREFIX):
+            return str(BUNDLED_SAMPLES[self.source[len(BUNDLED_PREFIX) :]][1])
+        if "://" in self.source or base is None or Path(self.source).is_absolute():
+            return self.source
+        return str((base / self.source).resolve())
+
+
+class PipelineConfig(BaseModel):
+    model_config = _STRICT
+
+    storage: str
+    tokenizer: str = "mini"
+    endpoint: EndpointConfig
+    # A Prefect Secret block holding the API key; when unset, the key comes from the
+    # environment variable named by endpoint.api_key_env.
+    api_key_secret: str | None = None
+    # Samples per inference task (PREFECT.md: 500-2,000, tens of seconds of work each).
+    chunk_size: int = Field(default=1000, ge=1)
+    # Inference tasks of one dataset running at once; together they fill endpoint.concurrency.
+    chunks_in_flight: int = Field(default=4, ge=1)
+    # Processes for reconstruction (CPU work).
+    reconstruct_workers: int = Field(default=2, ge=1)
+    export_specforge: bool = False
+    datasets: list[DatasetConfig] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PipelineConfig:
+        names = [d.name for d in self.datasets]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"dataset names must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def dataset(self, name: str) -> DatasetConfig:
+        for dataset in self.datasets:
+            if dataset.name == name:
+                return dataset
+        known = ", ".join(d.name for d in self.datasets)
+        raise ConfigError(f"no dataset named {name!r} in the config; known: {known}")
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate a YAML config; relative dataset paths resolve against its folder."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+    config = parse_config(raw, source=str(path))
+    base = path.resolve().parent
+    datasets = [
+        d.model_copy(update={"source": d.resolved_source(base)}) for d in config.datasets
+    ]
+    return config.model_copy(update={"datasets": datasets})
+
+
+def parse_config(raw: Any, source: str = "config") -> PipelineConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from None

@@ -1,0 +1,100 @@
+"""`specregen emulator`: serve an emulated Kimi K2.5 provider until interrupted."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from specregen.emulator.config import PROFILES, EmulatorConfig
+
+console = Console(stderr=True)
+
+Rate = Annotated[float, typer.Option(min=0.0, max=1.0)]
+
+
+def emulator(
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port)")] = 8000,
+    tokenizer: Annotated[
+        str, typer.Option(help="'mini', a tokenizer folder, or a hub id like moonshotai/Kimi-K2.5")
+    ] = "mini",
+    profile: Annotated[
+        str, typer.Option(help="Provider to imitate: " + ", ".join(PROFILES))
+    ] = "openrouter",
+    seed: Annotated[int, typer.Option(help="Seed of the model and of the fault sequence")] = 0,
+    latency: Annotated[str, typer.Option(help="fixed or lognormal")] = "fixed",
+    latency_mean: Annotated[float, typer.Option(help="Mean seconds per response")] = 0.0,
+    latency_sigma: Annotated[float, typer.Option(help="Sigma of the lognormal latency")] = 0.5,
+    latency_scale: Annotated[float, typer.Option(help="Factor on every latency")] = 1.0,
+    rate_429: Annotated[float, typer.Option("--rate-429", min=0.0, max=1.0)] = 0.0,
+    rate_5xx: Annotated[float, typer.Option("--rate-5xx", min=0.0, max=1.0)] = 0.0,
+    rate_reset: Rate = 0.0,
+    rate_truncated: Rate = 0.0,
+    rate_error_200: Annotated[float, typer.Option("--rate-error-200", min=0.0, max=1.0)] = 0.0,
+    rate_stream_error: Rate = 0.0,
+    rate_stall: Rate = 0.0,
+    stall_seconds: Annotated[float, typer.Option(min=0.0)] = 5.0,
+    keepalive_rate: Rate = 0.0,
+    noncanonical_rate: Rate = 0.0,
+    tool_call_rate: Rate = 0.1,
+    require_key_env: Annotated[
+        str | None,
+        typer.Option(help="Name of an environment variable holding the API key to require"),
+    ] = None,
+    credits_exhausted: Annotated[
+        bool, typer.Option("--credits-exhausted", help="Answer every request with 402")
+    ] = False,
+) -> None:
+    """Serve an OpenAI/OpenRouter-compatible endpoint that answers like Kimi K2.5 behind a
+    provider; prints the base URL, then serves until interrupted."""
+    from specregen.emulator.server import serve_forever
+    from specregen.models.tokenizer import TokenizerError, load_tokenizer
+
+    require_key = None
+    if require_key_env is not None:
+        require_key = os.environ.get(require_key_env)
+        if not require_key:
+            console.print(f"[red]error:[/red] environment variable {require_key_env} is not set")
+            raise typer.Exit(2)
+    try:
+        config = EmulatorConfig(
+            profile=profile,  # type: ignore[arg-type]
+            seed=seed,
+            latency=latency,  # type: ignore[arg-type]
+            latency_mean=latency_mean,
+            latency_sigma=latency_sigma,
+            latency_scale=latency_scale,
+            rate_429=rate_429,
+            rate_5xx=rate_5xx,
+            rate_reset=rate_reset,
+            rate_truncated=rate_truncated,
+            rate_error_200=rate_error_200,
+            rate_stream_error=rate_stream_error,
+            rate_stall=rate_stall,
+            stall_seconds=stall_seconds,
+            keepalive_rate=keepalive_rate,
+            noncanonical_rate=noncanonical_rate,
+            tool_call_rate=tool_call_rate,
+            require_key=require_key,
+            credits_exhausted=credits_exhausted,
+        )
+        tok = load_tokenizer(tokenizer)
+    except (ValueError, TokenizerError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+    def announce(bound_host: str, bound_port: int) -> None:
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        # stdout, alone on its line, so a script can read the URL.
+        print(f"http://{shown}:{bound_port}/v1", flush=True)
+        console.print(f"emulating Kimi K2.5 via {config.profile} with tokenizer {tok.name}; "
+                      f"OpenRouter-style base URL http://{shown}:{bound_port}/api/v1")
+
+    try:
+        serve_forever(config, tok, host, port, on_listening=announce)
+    except (OSError, TokenizerError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None

@@ -1,0 +1,438 @@
+"""Running the gate over a dataset, and its report (JSON and Markdown).
+
+The run streams: per sample it keeps counters and, per check, the K shortest failing examples in
+a bounded heap, so a report on 100,000 samples costs the same memory as one on 1,000.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specregen.gate.checks import CHECKS, GateDecision, check_sample, parse_arguments
+from specregen.gate.config import GateConfig
+from specregen.models.kimi_k25 import KimiK25
+from specregen.records import TokenSample
+
+Callback = Callable[[TokenSample, GateDecision], None]
+
+# Past this many distinct names (a model inventing a name per sample), calls count as "other".
+MAX_TRACKED_TOOLS = 10_000
+_NAME_CHARS = 80
+
+CHECK_MEANINGS = {
+    "reconstruction": "status not `ok`: the ids cannot be trusted (flags) or were not built",
+    "round_trip": "the ids do not decode and parse back to the calls the API returned",
+    "arguments_json": "arguments are not a JSON object",
+    "arguments_schema": "arguments violate the declared tool's parameters",
+    "schema_invalid": "the declared tool's parameters are not a usable schema",
+    "name_declared": "the called function is not declared",
+    "tool_id_form": "an id is not `functions.NAME:IDX` with the conversation's index",
+    "marker_text": "marker text (`<\\|tool_call…\\|>`, `<think>`, `</think>`) inside model text",
+    "finish_reason": "`finish_reason` disagrees with the calls present",
+    "usage_lengths": "token counts differ from `usage` beyond the tolerance",
+}
+
+
+@dataclass
+class GateReport:
+    """Everything the gate found on one dataset; plain data, JSON-serialisable."""
+
+    dataset: str
+    verdict: str  # "pass" | "fail"
+    why: list[str]
+    totals: dict[str, Any]
+    by_check: dict[str, int]
+    reconstruction_flags: dict[str, int]
+    schema_quirks: dict[str, int]
+    by_tool: list[dict[str, Any]]
+    tools_not_listed: dict[str, int]
+    trigger_agreement: dict[str, Any] | None
+    examples: dict[str, list[dict[str, Any]]]
+    hard_invariant_examples: list[dict[str, Any]]
+    config: dict[str, Any]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
+
+
+def run_gate(
+    samples: Iterable[TokenSample],
+    fmt: KimiK25,
+    config: GateConfig,
+    *,
+    dataset: str,
+    reference: Mapping[str, dict[str, Any] | None] | None = None,
+    on_accept: Callback | None = None,
+    on_quarantine: Callback | None = None,
+) -> GateReport:
+    """Check every sample, hand each to its callback with the decision, and report."""
+    tally = Tally(config, reference)
+    for sample in samples:
+        decision = check_sample(sample, fmt, config)
+        tally.add(sample, decision)
+        callback = on_accept if decision.accepted else on_quarantine
+        if callback is not None:
+            callback(sample, decision)
+    return tally.report(dataset)
+
+
+# --- the tally --------------------------------------------------------------------------------
+
+
+@dataclass
+class Trigger:
+    """Did the model call a tool where the dataset's own answer did, and the same one?"""
+
+    dataset_called: int = 0
+    model_called: int = 0
+    same_tool: int = 0
+    same_arguments: int = 0
+    dataset_text: int = 0
+    model_text: int = 0
+    no_reference: int = 0
+    other_kind: int = 0
+
+    def add(self, sample: TokenSample, ref: Any) -> None:
+        kind = ref.get("kind") if isinstance(ref, dict) else None
+        names = [c.name for c in sample.tool_calls]
+        if kind in ("tool_call", "tool_calls"):
+            wanted = _reference_calls(ref)
+            self.dataset_called += 1
+            if names:
+                self.model_called += 1
+            if names and set(names) == {name for name, _ in wanted}:
+                self.same_tool += 1
+                if len(wanted) == 1 == len(names) and _same_arguments(
+                    sample.tool_calls[0].arguments, wanted[0][1]
+                ):
+                    self.same_arguments += 1
+        elif kind == "text":
+            self.dataset_text += 1
+            if not names:
+                self.model_text += 1
+        elif ref is None:
+            self.no_reference += 1
+        else:
+            self.other_kind += 1
+
+
+def _reference_calls(ref: dict[str, Any]) -> list[tuple[str, Any]]:
+    if ref.get("kind") == "tool_call":
+        return [(str(ref.get("name")), ref.get("arguments"))]
+    calls = ref.get("calls") if isinstance(ref.get("calls"), list) else []
+    return [(str(c.get("name")), c.get("arguments")) for c in calls if isinstance(c, dict)]
+
+
+def _same_arguments(ours: str, reference: Any) -> bool:
+    mine, problem = parse_arguments(ours)
+    if problem is not None:
+        return False
+    if isinstance(reference, str):
+        reference, problem = parse_arguments(reference)
+        if problem is not None:
+            return False
+    return mine == reference
+
+
+@dataclass
+class Tally:
+    """Counters and bounded example heaps, filled one sample at a time."""
+
+    config: GateConfig
+    reference: Mapping[str, Any] | None = None
+    total: int = 0
+    accepted: int = 0
+    hard: int = 0
+    with_calls: int = 0
+    calls: int = 0
+    truncated: int = 0
+    no_usage: int = 0
+    by_status: Counter[str] = field(default_factory=Counter)
+    by_check: Counter[str] = field(default_factory=Counter)
+    flags: Counter[str] = field(default_factory=Counter)
+    quirks: Counter[str] = field(default_factory=Counter)
+    tools: dict[str, list[int]] = field(default_factory=dict)
+    other_tools: list[int] = field(default_factory=lambda: [0, 0])
+    trigger: Trigger = field(default_factory=Trigger)
+    # check -> heap of (-tokens, -seq, example): the root is the longest kept, replaced first.
+    heaps: dict[str, list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
+
+    def add(self, sample: TokenSample, decision: GateDecision) -> None:
+        self.total += 1
+        self.accepted += decision.accepted
+        self.hard += decision.hard
+        self.by_status[sample.status] += 1
+        if sample.flags:
+            self.flags.update(sample.flags)
+        if decision.schema_quirks:
+            self.quirks.update(decision.schema_quirks)
+        self.truncated += sample.finish_reason == "length"
+        self.no_usage += sample.status != "error" and sample.usage_completion_delta is None
+        self._add_tools(sample, decision.accepted)
+        if self.reference is not None and sample.status != "error":
+            if sample.sample_id in self.reference:
+                self.trigger.add(sample, self.reference[sample.sample_id])
+            else:
+                self.trigger.no_reference += 1
+        seen = set()
+        for reason in decision.reasons:
+            if reason.check not in seen:
+                seen.add(reason.check)
+                self.by_check[reason.check] += 1
+                self._keep_example(reason.check, sample, reason.detail, reason.excerpt)
+        if decision.hard:
+            trip = next(r for r in decision.reasons if r.check == "round_trip")
+            self._keep_example("__hard__", sample, trip.detail, trip.excerpt)
+
+    def _add_tools(self, sample: TokenSample, accepted: bool) -> None:
+        if not sample.tool_calls:
+            return
+        self.with_calls += 1
+        self.calls += len(sample.tool_calls)
+        for call in sample.tool_calls:
+            name = call.name[:_NAME_CHARS]
+            counts = self.tools.get(name)
+            if counts is None:
+                counts = self.other_tools
+                if len(self.tools) < MAX_TRACKED_TOOLS:
+                    counts = self.tools[name] = [0, 0]
+            counts[0] += 1
+            counts[1] += not accepted
+
+    def _keep_example(self, check: str, sample: TokenSample, detail: str, excerpt: str) -> None:
+        limit = self.config.examples_per_check
+        if limit == 0:
+            return
+        heap = self.heaps.setdefault(check, [])
+        key = (-sample.completion_len, -self.total)
+        if len(heap) >= limit and key <= heap[0][:2]:
+            return
+        example = {"sample_id": sample.sample_id, "tokens": sample.completion_len,
+                   "detail": detail, "excerpt": excerpt}
+        if len(heap) < limit:
+            heapq.heappush(heap, (*key, example))
+        else:
+            heapq.heapreplace(heap, (*key, example))
+
+    def _examples(self, check: str) -> list[dict[str, Any]]:
+        return [e for *_, e in sorted(self.heaps.get(check, []), reverse=True)]
+
+    def report(self, dataset: str) -> GateReport:
+        quarantined = self.total - self.accepted
+        share = quarantined / self.total if self.total else 0.0
+        verdict, why = _verdict(self.total, quarantined, share, self.hard, self.config)
+        ranked = sorted(self.tools.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        listed, rest = ranked[: self.config.tools_in_report], ranked[self.config.tools_in_report :]
+        return GateReport(
+            dataset=dataset,
+            verdict=verdict,
+            why=why,
+            totals={
+                "samples": self.total,
+                "accepted": self.accepted,
+                "quarantined": quarantined,
+                "quarantined_share": round(share, 6),
+                "hard_invariant_breaks": self.hard,
+                "samples_with_calls": self.with_calls,
+                "tool_calls": self.calls,
+                "truncated": self.truncated,
+                "without_usage": self.no_usage,
+                "by_status": dict(sorted(self.by_status.items())),
+            },
+            by_check={check: self.by_check.get(check, 0) for check in CHECKS},
+            reconstruction_flags=dict(self.flags.most_common()),
+            schema_quirks=dict(self.quirks.most_common()),
+            by_tool=[{"name": n, "calls": c, "quarantined": q} for n, (c, q) in listed],
+            tools_not_listed={
+                "tools": len(rest) + (1 if self.other_tools[0] else 0),
+                "calls": sum(c for _, (c, _q) in rest) + self.other_tools[0],
+                "quarantined": sum(q for _, (_c, q) in rest) + self.other_tools[1],
+            },
+            trigger_agreement=asdict(self.trigger) if self.reference is not None else None,
+            examples={c: self._examples(c) for c in CHECKS if c in self.heaps},
+            hard_invariant_examples=self._examples("__hard__"),
+            config=self.config.to_dict(),
+        )
+
+
+def _verdict(
+    total: int, quarantined: int, share: float, hard: int, config: GateConfig
+) -> tuple[str, list[str]]:
+    limit = config.max_quarantine_share
+    why = []
+    if total == 0:
+        why.append("the dataset has no samples: there is nothing the gate could vouch for")
+    if hard:
+        why.append(
+            f"hard invariant broken: {hard:,} sample(s) with status `ok` do not round-trip "
+            "(their ids do not parse back to the calls the API returned: a reconstruction bug, "
+            "or ids built with another tokenizer); this fails the dataset whatever the threshold"
+        )
+    if share > limit:
+        why.append(f"quarantined share {share:.2%} ({quarantined:,} of {total:,}) exceeds the "
+                   f"threshold {limit:.2%}")
+    if why:
+        return "fail", why
+    return "pass", [
+        f"quarantined share {share:.2%} ({quarantined:,} of {total:,}) is within the threshold "
+        f"{limit:.2%}, and every `ok` sample round-trips"
+    ]
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+
+def render_markdown(report: GateReport) -> str:
+    t = report.totals
+    n = t["samples"]
+    lines = [
+        f"# Tool-call gate: {_text(report.dataset)} — {report.verdict.upper()}",
+        "",
+        "**Verdict: PASS**: the accepted samples may be published." if report.passed else
+        "**Verdict: FAIL**: nothing of this dataset may be published.",
+        "",
+        *(f"- {reason}" for reason in report.why),
+        "",
+        "## Totals",
+        "",
+        "| | samples | share |",
+        "|---|---:|---:|",
+        f"| checked | {n:,} | |",
+        f"| accepted | {t['accepted']:,} | {_share(t['accepted'], n)} |",
+        f"| quarantined | {t['quarantined']:,} | {_share(t['quarantined'], n)} |",
+        f"| hard invariant breaks | {t['hard_invariant_breaks']:,} | "
+        f"{_share(t['hard_invariant_breaks'], n)} |",
+        f"| with tool calls ({t['tool_calls']:,} calls) | {t['samples_with_calls']:,} | "
+        f"{_share(t['samples_with_calls'], n)} |",
+        f"| truncated (`length`) | {t['truncated']:,} | {_share(t['truncated'], n)} |",
+        f"| without `usage` counts | {t['without_usage']:,} | {_share(t['without_usage'], n)} |",
+        "",
+        "Reconstruction status: "
+        + (", ".join(f"`{s}` {c:,}" for s, c in t["by_status"].items()) or "none"),
+        "",
+        "## Quarantine reasons by check",
+        "",
+        "A sample can fail several checks; each counts once per check.",
+        "",
+        "| check | samples | share | fails when |",
+        "|---|---:|---:|---|",
+        *(f"| `{c}` | {k:,} | {_share(k, n)} | {CHECK_MEANINGS[c]} |"
+          for c, k in report.by_check.items()),
+    ]
+    lines += _counter_table("Reconstruction flags (all samples)", "flag", "samples",
+                            report.reconstruction_flags)
+    lines += _counter_table("Schema quirks normalised", "quirk", "calls validated",
+                            report.schema_quirks)
+    lines += _tools_table(report)
+    lines += _trigger_table(report.trigger_agreement)
+    lines += _examples_section(report)
+    lines += ["", "## Settings", "", "| setting | value |", "|---|---|",
+              *(f"| `{k}` | {v} |" for k, v in report.config.items()), ""]
+    return "\n".join(lines)
+
+
+def _counter_table(title: str, key: str, unit: str, counts: dict[str, int]) -> list[str]:
+    if not counts:
+        return []
+    return ["", f"## {title}", "", f"| {key} | {unit} |", "|---|---:|",
+            *(f"| {_code(k)} | {v:,} |" for k, v in counts.items())]
+
+
+def _tools_table(report: GateReport) -> list[str]:
+    if not report.by_tool:
+        return ["", "## Tools", "", "No tool calls."]
+    lines = ["", "## Tools", "", "| tool | calls | in quarantined samples | share |",
+             "|---|---:|---:|---:|"]
+    for row in report.by_tool:
+        lines.append(f"| {_code(row['name'])} | {row['calls']:,} | {row['quarantined']:,} | "
+                     f"{_share(row['quarantined'], row['calls'])} |")
+    rest = report.tools_not_listed
+    if rest["calls"]:
+        lines.append(f"| … {rest['tools']:,} more tools | {rest['calls']:,} | "
+                     f"{rest['quarantined']:,} | {_share(rest['quarantined'], rest['calls'])} |")
+    return lines
+
+
+def _trigger_table(trigger: dict[str, Any] | None) -> list[str]:
+    if trigger is None:
+        return []
+    called, text = trigger["dataset_called"], trigger["dataset_text"]
+    return [
+        "",
+        "## Tool-trigger agreement with the dataset's own answers",
+        "",
+        "Over reconstructed samples that have a reference first turn.",
+        "",
+        "| | samples | share |",
+        "|---|---:|---:|",
+        f"| dataset called a tool | {called:,} | |",
+        f"| … the model called a tool too | {trigger['model_called']:,} | "
+        f"{_share(trigger['model_called'], called)} |",
+        f"| … the same tool(s) | {trigger['same_tool']:,} | "
+        f"{_share(trigger['same_tool'], called)} |",
+        f"| … with equal arguments (as JSON values) | {trigger['same_arguments']:,} | "
+        f"{_share(trigger['same_arguments'], called)} |",
+        f"| dataset answered in text | {text:,} | |",
+        f"| … the model answered in text too | {trigger['model_text']:,} | "
+        f"{_share(trigger['model_text'], text)} |",
+        f"| … the model called a tool instead | {text - trigger['model_text']:,} | "
+        f"{_share(text - trigger['model_text'], text)} |",
+        f"| no reference answer | {trigger['no_reference']:,} | |",
+    ]
+
+
+def _examples_section(report: GateReport) -> list[str]:
+    groups = list(report.examples.items())
+    if report.hard_invariant_examples:
+        groups.insert(0, ("hard invariant (round_trip on an `ok` sample)",
+                          report.hard_invariant_examples))
+    if not groups:
+        return []
+    lines = ["", f"## Examples (shortest first, up to {report.config['examples_per_check']} "
+             "per check)"]
+    for check, examples in groups:
+        title = check if check.startswith("hard") else f"`{check}`"
+        lines += ["", f"### {title}", "", "| sample | tokens | detail | excerpt |",
+                  "|---|---:|---|---|"]
+        lines += [f"| {_code(e['sample_id'])} | {e['tokens']:,} | {_text(e['detail'])} | "
+                  f"{_code(e['excerpt'])} |" for e in examples]
+    return lines
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.2%}" if whole else "–"
+
+
+def _text(text: str) -> str:
+    """Plain text safe in a table cell: no HTML, no row breaks, no column breaks."""
+    flat = " ".join(str(text).split())
+    return (flat.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;")
+            .replace(">", "&gt;").replace("`", "\\`"))
+
+
+def _code(text: str) -> str:
+    """Text as an inline code span in a table cell (markers and tags stay visible)."""
+    if not text:
+        return ""
+    flat = str(text).replace("\r", "").replace("\n", "⏎").replace("|", "\\|")
+    fence = "`"
+    while fence in flat:  # longer than any backtick run inside
+        fence += "`"
+    if flat.startswith("`") or flat.endswith("`"):
+        flat = f" {flat} "
+    return f"{fence}{flat}{fence}"

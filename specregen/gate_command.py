@@ -1,0 +1,272 @@
+"""`specregen gate`: the tool-call correctness gate over the output of `specregen reconstruct`.
+
+Kept out of the `specregen.gate` package so that importing the CLI does not import jsonschema and
+pyarrow; everything heavy is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(stderr=True)
+
+OUTPUT_FILES = ("accepted.parquet", "quarantined.parquet", "report.json", "report.md")
+
+
+class GateInputError(Exception):
+    """An input the gate cannot read; the message says which file and why (exit code 2)."""
+
+
+def gate(
+    tokens: Annotated[
+        Path, typer.Argument(metavar="TOKENS", help="Parquet written by `specregen reconstruct`")
+    ],
+    out: Annotated[Path, typer.Option(help="Folder for accepted/quarantined parquet + report")],
+    max_quarantine_share: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="Fail above this quarantined share [default: 0.02]"),
+    ] = None,
+    tokenizer: Annotated[
+        str, typer.Option(help="Tokenizer the ids were built with: 'mini', a folder or a hub id")
+    ] = "mini",
+    dataset: Annotated[
+        str | None, typer.Option(help="Dataset name for the report [default: TOKENS' stem]")
+    ] = None,
+    prompts: Annotated[
+        Path | None,
+        typer.Option(help="Prompts JSONL (sample_id, meta.reference_first_turn) for trigger "
+                          "agreement with the dataset's own answers"),
+    ] = None,
+    accept_truncated: Annotated[
+        bool, typer.Option("--accept-truncated/--reject-truncated",
+                           help="Accept samples cut off by the length limit")
+    ] = True,
+    allow_stop_with_calls: Annotated[
+        bool, typer.Option(help="Tolerate finish_reason 'stop' on samples with tool calls")
+    ] = False,
+) -> None:
+    """Check every sample's tool calls; write accepted/quarantined shards and the report.
+
+    Exit code 0 when the dataset passes, 1 when it fails, 2 when an input cannot be read.
+    """
+    from specregen.gate import GateConfig
+
+    overrides: dict[str, Any] = {"accept_truncated": accept_truncated,
+                                 "allow_stop_with_calls": allow_stop_with_calls}
+    if max_quarantine_share is not None:
+        overrides["max_quarantine_share"] = max_quarantine_share
+    config = GateConfig().override(overrides)
+    try:
+        passed = _run(tokens, out, config, tokenizer, dataset or tokens.stem, prompts)
+    except GateInputError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    raise typer.Exit(0 if passed else 1)
+
+
+def _run(
+    tokens: Path, out: Path, config: Any, tokenizer: str, dataset: str, prompts: Path | None
+) -> bool:
+    import pyarrow as pa
+
+    from specregen.gate import run_gate
+    from specregen.models.kimi_k25 import KimiK25
+    from specregen.models.tokenizer import TokenizerError, load_tokenizer
+    from specregen.store.token_samples import read_token_samples
+
+    _check_tokens_file(tokens)
+    reference = load_reference(prompts) if prompts is not None else None
+    try:
+        fmt = KimiK25(load_tokenizer(tokenizer))
+    except TokenizerError as exc:
+        raise GateInputError(str(exc)) from None
+    _check_same_tokenizer(tokens, fmt)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GateInputError(f"cannot create the output folder {out}: {exc.strerror}") from None
+
+    temps = {name: out / f".{name}.tmp" for name in OUTPUT_FILES}
+    accepted = _Shard(temps["accepted.parquet"], with_reasons=False)
+    quarantined = _Shard(temps["quarantined.parquet"], with_reasons=True)
+    try:
+        with console.status("gating") as status:
+
+            def samples():
+                try:
+                    for i, sample in enumerate(read_token_samples(tokens), start=1):
+                        if i % 1000 == 0:
+                            status.update(f"gating: {i:,} samples")
+                        yield sample
+                except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+                    raise GateInputError(f"cannot read {tokens}: {exc}") from None
+
+            report = run_gate(
+                samples(), fmt, config, dataset=dataset, reference=reference,
+                on_accept=lambda s, d: accepted.add(s, None),
+                on_quarantine=lambda s, d: quarantined.add(s, d.reason_strings()),
+            )
+            accepted.close()
+            quarantined.close()
+            temps["report.json"].write_text(report.to_json() + "\n", encoding="utf-8")
+            temps["report.md"].write_text(report.to_markdown(), encoding="utf-8")
+    except (GateInputError, OSError) as exc:
+        accepted.abort()
+        quarantined.abort()
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+        if isinstance(exc, GateInputError):
+            raise
+        raise GateInputError(f"cannot write to {out}: {exc}") from None
+    for name, temp in temps.items():
+        temp.replace(out / name)
+    _print_summary(report, out)
+    return report.passed
+
+
+def _check_tokens_file(tokens: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specregen.store.token_samples import SCHEMA
+
+    if not tokens.is_file():
+        raise GateInputError(f"{tokens}: no such file (give the parquet `specregen reconstruct` "
+                             "wrote)")
+    try:
+        names = pq.read_schema(tokens).names
+    except (pa.ArrowException, OSError) as exc:
+        raise GateInputError(f"cannot read {tokens} as parquet: {exc}") from None
+    missing = [name for name in SCHEMA.names if name not in names]
+    if missing:
+        raise GateInputError(f"{tokens} is not `specregen reconstruct` output: it lacks the "
+                             f"column(s) {', '.join(missing)}")
+
+
+def _check_same_tokenizer(tokens: Path, fmt: Any) -> None:
+    """Refuse a tokenizer other than the one the ids were built with: every sample would
+    otherwise fail its round trip, which reads as a reconstruction bug."""
+    from specregen.store.token_samples import read_token_samples
+
+    try:
+        first = next((s for s in read_token_samples(tokens) if s.prompt_len), None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise GateInputError(f"cannot read {tokens}: {exc}") from None
+    if first is None:
+        return
+    prompt = first.input_ids[: first.prompt_len]
+    try:
+        same = fmt.tok.encode_with_specials(fmt.tok.decode(prompt)) == prompt
+    except KeyError:
+        same = False
+    if not same:
+        raise GateInputError(
+            f"{tokens} was not built with tokenizer {fmt.tok.name!r} (the prompt ids of sample "
+            f"{first.sample_id!r} do not decode and encode back to themselves); pass the "
+            "--tokenizer that `specregen reconstruct` used"
+        )
+
+
+def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
+    """sample_id -> the dataset's own first answer, from a prompts JSONL file."""
+    reference: dict[str, dict[str, Any] | None] = {}
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise GateInputError(f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise GateInputError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str):
+                raise GateInputError(f"{path}:{number}: not an object with a string sample_id")
+            meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+            reference[row["sample_id"]] = _compact(meta.get("reference_first_turn"))
+    return reference
+
+
+def _compact(ref: Any) -> dict[str, Any] | None:
+    # Text answers can be long and only their kind matters: keep 100k references small.
+    if not isinstance(ref, dict):
+        return None
+    return {"kind": "text"} if ref.get("kind") == "text" else ref
+
+
+class _Shard:
+    """A parquet file written in row groups, with a `reasons` column for quarantined rows."""
+
+    def __init__(self, path: Path, *, with_reasons: bool) -> None:
+        import pyarrow as pa
+
+        from specregen.store.token_samples import SCHEMA
+
+        self.path = path
+        self.schema = (SCHEMA.append(pa.field("reasons", pa.list_(pa.string())))
+                       if with_reasons else SCHEMA)
+        self.rows: list[dict[str, Any]] = []
+        self.writer: Any = None
+        self.closed = False
+
+    def add(self, sample: Any, reasons: list[str] | None) -> None:
+        from specregen.store.token_samples import ROW_GROUP_SIZE, to_row
+
+        row = to_row(sample)
+        if reasons is not None:
+            row["reasons"] = reasons
+        self.rows.append(row)
+        if len(self.rows) >= ROW_GROUP_SIZE:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, self.schema)
+        self.writer.write_table(pa.Table.from_pylist(self.rows, schema=self.schema))
+        self.rows = []
+
+    def abort(self) -> None:
+        """Stop writing after a failure; the caller removes the partial file."""
+        import pyarrow as pa
+
+        self.closed = True
+        self.rows = []
+        if self.writer is not None:
+            with contextlib.suppress(OSError, pa.ArrowException):
+                self.writer.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.rows or self.writer is None:
+            self._flush()  # an empty shard still gets a file with the schema
+        self.writer.close()
+
+
+def _print_summary(report: Any, out: Path) -> None:
+    t = report.totals
+    colour = "green" if report.passed else "red"
+    console.print(f"[{colour}]{escape(report.dataset)}: {report.verdict.upper()}[/{colour}] — "
+                  f"{t['accepted']:,} accepted, {t['quarantined']:,} quarantined of "
+                  f"{t['samples']:,}", soft_wrap=True)
+    for reason in report.why:
+        console.print(f"  {escape(reason)}", soft_wrap=True)
+    failing = {c: k for c, k in report.by_check.items() if k}
+    if failing:
+        console.print("  by check: " + ", ".join(f"{c} {k:,}" for c, k in failing.items()),
+                      soft_wrap=True)
+    console.print(escape(f"  written: {', '.join(str(out / name) for name in OUTPUT_FILES)}"),
+                  soft_wrap=True)
