@@ -9,12 +9,12 @@ paying for new requests).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from specregen.store.fingerprint import fingerprint as content_fingerprint
 from specregen.store.fs import Store
 
 MANIFEST = "manifest.json"
@@ -66,10 +66,7 @@ def read_manifest(store: Store, dataset: str, stage: str, fingerprint: str) -> S
 
 def fingerprint(*values: Any) -> str:
     """A short stable hash of JSON-able values (dict key order does not matter)."""
-    blob = json.dumps(
-        values, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return content_fingerprint(list(values))[:16]
 
 
 def files_fingerprint(paths: list[Path]) -> str:

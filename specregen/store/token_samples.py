@@ -90,3 +90,23 @@ def read_token_samples(where: Any) -> Iterator[TokenSample]:
     for batch in pq.ParquetFile(where).iter_batches(batch_size=ROW_GROUP_SIZE):
         for row in batch.to_pylist():
             yield from_row(row)
+
+
+QUARANTINE_SCHEMA = SCHEMA.append(pa.field("reasons", pa.list_(pa.string())))
+
+
+def token_samples_bytes(
+    samples: list[TokenSample], reasons: list[list[str]] | None = None
+) -> bytes:
+    """A whole parquet file in memory (one chunk's worth), with `reasons` when given."""
+    import io
+
+    rows = [to_row(s) for s in samples]
+    schema = SCHEMA
+    if reasons is not None:
+        schema = QUARANTINE_SCHEMA
+        for row, why in zip(rows, reasons, strict=True):
+            row["reasons"] = why
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer)
+    return buffer.getvalue()

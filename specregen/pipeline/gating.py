@@ -1,0 +1,97 @@
+"""Stage `gate`: every reconstructed shard through the tool-call gate; accepted and quarantined
+shards, the report, and the verdict. The gate cannot be skipped: publish reads its manifest."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from specregen.gate import GateReport, run_gate
+from specregen.pipeline.layout import DatasetRun
+from specregen.pipeline.prompts import read_chunk
+from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
+from specregen.pipeline.reconstruction import kimi_format
+from specregen.records import TokenSample
+from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
+from specregen.store.token_samples import read_token_samples, token_samples_bytes
+
+STAGE = "gate"
+
+
+def gate_dataset(run: DatasetRun, reconstructed: StageManifest) -> StageManifest:
+    """Run the gate over the dataset; the manifest's `extra` holds the verdict and the report."""
+    done = read_manifest(run.store, run.name, STAGE, run.gate_fp)
+    if done is not None:
+        return done
+    reference = _reference_answers(run, len(reconstructed.shards))
+    shards: list[Shard] = []
+    accepted: list[TokenSample] = []
+    quarantined: list[tuple[TokenSample, list[str]]] = []
+
+    def flush(name: str) -> None:
+        for kind, samples, reasons in (
+            ("accepted", accepted, None),
+            ("quarantined", [s for s, _ in quarantined], [r for _, r in quarantined]),
+        ):
+            data = token_samples_bytes(samples, reasons)
+            path = f"{kind}/{name}"
+            digest = run.store.write_bytes(data, run.name, STAGE, run.gate_fp, kind, name)
+            shards.append(Shard(path=path, rows=len(samples), sha256=digest))
+        accepted.clear()
+        quarantined.clear()
+
+    def samples() -> Iterator[TokenSample]:
+        seen: set[str] = set()
+        for shard in reconstructed.shards:
+            data = run.store.read_bytes(run.name, RECONSTRUCT, run.reconstruct_fp, shard.path)
+            for sample in read_token_samples(io.BytesIO(data)):
+                if sample.sample_id not in seen:  # a sample answered in two runs counts once
+                    seen.add(sample.sample_id)
+                    yield sample
+            flush(shard.path)
+
+    report = run_gate(
+        samples(),
+        kimi_format(run.config.tokenizer),
+        run.dataset.gate_config(),
+        dataset=run.name,
+        reference=reference,
+        on_accept=lambda sample, _: accepted.append(sample),
+        on_quarantine=lambda sample, d: quarantined.append((sample, d.reason_strings())),
+    )
+    run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")
+    run.store.write_bytes(report.to_markdown().encode(), run.name, STAGE, run.gate_fp,
+                          "report.md")
+    manifest = StageManifest(
+        dataset=run.name, stage=STAGE, fingerprint=run.gate_fp,
+        counts=_counts(report), shards=shards,
+        extra={"passed": report.passed, "verdict": "pass" if report.passed else "fail",
+               "why": list(report.why)},
+    )
+    write_manifest(run.store, manifest)
+    return manifest
+
+
+def read_report(run: DatasetRun) -> tuple[dict[str, Any], str]:
+    """The gate report as JSON and Markdown."""
+    import json
+
+    data = run.store.read_bytes(run.name, STAGE, run.gate_fp, "report.json")
+    markdown = run.store.read_bytes(run.name, STAGE, run.gate_fp, "report.md").decode()
+    return json.loads(data), markdown
+
+
+def _reference_answers(run: DatasetRun, chunks: int) -> dict[str, dict[str, Any] | None]:
+    # Only what trigger agreement needs: text answers shrink to their kind.
+    reference: dict[str, dict[str, Any] | None] = {}
+    for k in range(chunks):
+        for prompt in read_chunk(run, k):
+            ref = prompt.meta.get("reference_first_turn")
+            if isinstance(ref, dict):
+                reference[prompt.sample_id] = {"kind": "text"} if ref.get("kind") == "text" else ref
+    return reference
+
+
+def _counts(report: GateReport) -> dict[str, int]:
+    return {k: v for k, v in report.totals.items() if isinstance(v, int)}

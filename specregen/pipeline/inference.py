@@ -1,0 +1,53 @@
+"""Stage `infer`: one chunk's prompts -> its raw log. Paid work: resumable, never repeated.
+
+The raw log is the source of truth: a chunk run again sends only the samples without a final
+result for the same request fingerprint. The chunk's summary is written when it ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from specregen.client.engine import ProgressSnapshot, run_inference
+from specregen.client.secrets import ApiKey
+from specregen.pipeline.layout import DatasetRun, chunk_name
+from specregen.pipeline.prompts import read_chunk
+from specregen.store.rawlog import RawLog
+
+STAGE = "infer"
+
+
+def infer_parts(run: DatasetRun, chunk: int) -> tuple[str, ...]:
+    return (run.name, STAGE, f"{run.prompts_fp}-{run.endpoint_fp}", chunk_name(chunk) + ".json")
+
+
+def chunk_inferred(run: DatasetRun, chunk: int) -> dict[str, Any] | None:
+    """The summary of a chunk whose every sample has a final result, else None."""
+    parts = infer_parts(run, chunk)
+    return run.store.read_json(*parts) if run.store.exists(*parts) else None
+
+
+async def infer_chunk(
+    run: DatasetRun,
+    chunk: int,
+    *,
+    api_key: ApiKey | None,
+    concurrency: int | None = None,
+    progress: Callable[[ProgressSnapshot], Any] | None = None,
+) -> dict[str, Any]:
+    """Request what the chunk's raw log lacks; returns the chunk's summary (small, JSON)."""
+    done = chunk_inferred(run, chunk)
+    if done is not None:
+        return done
+    cfg = run.config.endpoint
+    if concurrency is not None:
+        cfg = cfg.model_copy(update={"concurrency": concurrency})
+    prompts = read_chunk(run, chunk)
+    async with RawLog(run.rawlog_url(chunk)) as log:
+        summary = await run_inference(prompts, cfg, log, api_key=api_key, progress=progress)
+    result = {"chunk": chunk, "prompts": len(prompts), **summary.as_dict()}
+    # Done only when nothing is missing: a budget stop leaves the chunk open for the next run.
+    if summary.stopped_reason is None:
+        run.store.write_json(result, *infer_parts(run, chunk))
+    return result

@@ -1,0 +1,99 @@
+"""Where a dataset's stages write, and the fingerprints that name their outputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import specregen
+from specregen.config import DatasetConfig, PipelineConfig
+from specregen.store.fs import Store
+from specregen.store.manifest import files_fingerprint, fingerprint
+
+CHUNK = "chunk-{:05d}"
+
+# What reconstruction's output depends on besides the tokenizer: these modules' source.
+_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "models")
+
+
+def chunk_name(index: int) -> str:
+    return CHUNK.format(index)
+
+
+def reconstruction_code_fingerprint() -> str:
+    root = Path(specregen.__file__).parent
+    files: list[Path] = []
+    for name in _RECONSTRUCTION_CODE:
+        path = root / name
+        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
+        if path.is_dir():
+            files.extend(sorted(path.rglob("*.jinja")))
+    return files_fingerprint(files)
+
+
+def tokenizer_fingerprint(spec: str) -> str:
+    from specregen.models.tokenizer import MINI_TOKENIZER_DIR, TOKENIZER_FILES
+
+    folder = MINI_TOKENIZER_DIR if spec == "mini" else Path(spec).expanduser()
+    if folder.is_dir():
+        return files_fingerprint([folder / f for f in TOKENIZER_FILES if (folder / f).is_file()])
+    return fingerprint("hub", spec)  # a hub id: the files behind it are pinned by the hub
+
+
+@dataclass(frozen=True)
+class DatasetRun:
+    """One dataset of one pipeline config: its storage and the fingerprints of its stages."""
+
+    config: PipelineConfig
+    dataset: DatasetConfig
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.config.storage)
+
+    @cached_property
+    def prompts_fp(self) -> str:
+        d = self.dataset
+        return fingerprint("prompts", d.adapter, d.source, d.adapter_options, d.limit,
+                           self.config.chunk_size, _source_identity(self.store, d.source))
+
+    @cached_property
+    def endpoint_fp(self) -> str:
+        # What shapes the requests (and so their fingerprints in the raw log); not limits.
+        e = self.config.endpoint
+        return fingerprint("endpoint", e.model, e.dialect, e.provider and e.provider.as_body(),
+                           e.reasoning and e.reasoning.as_body(), e.thinking,
+                           e.sampling.model_dump(), e.return_token_ids)
+
+    @cached_property
+    def reconstruct_fp(self) -> str:
+        return fingerprint("reconstruct", self.prompts_fp, self.endpoint_fp,
+                           reconstruction_code_fingerprint(),
+                           tokenizer_fingerprint(self.config.tokenizer))
+
+    @cached_property
+    def gate_fp(self) -> str:
+        return fingerprint("gate", self.reconstruct_fp, self.dataset.gate_config().to_dict())
+
+    def rawlog_url(self, chunk: int) -> str:
+        # Per chunk position, not per prompts fingerprint: a larger `limit` keeps the first
+        # chunks' samples, and their paid results, where they were.
+        return self.store.url_of(self.name, "rawlog", chunk_name(chunk))
+
+
+def _source_identity(store: Store, source: str) -> str:
+    """Size and modification stamp of the source, so an edited file is read again."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(source)
+        info = fs.info(path)
+    except (OSError, ValueError):
+        return "unknown"
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+    return f"{info.get('size')}:{stamp}"

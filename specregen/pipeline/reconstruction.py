@@ -1,0 +1,101 @@
+"""Stage `reconstruct`: each chunk's raw log -> one TokenSample parquet shard. Free work.
+
+Only the final results of the current requests count: a record whose request fingerprint is not
+the one the chunk's prompt gives today (another model, other sampling) is ignored, so changing
+the endpoint never mixes answers. Runs in worker processes; the tokenizer loads once per process.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
+
+from specregen.client.request import build_request, request_fingerprint
+from specregen.models.kimi_k25 import KimiK25
+from specregen.models.tokenizer import load_tokenizer
+from specregen.pipeline.layout import DatasetRun, chunk_name
+from specregen.pipeline.prompts import read_chunk
+from specregen.reconstruct import reconstruct_records
+from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
+from specregen.store.rawlog import RawLog
+from specregen.store.token_samples import write_token_samples
+
+STAGE = "reconstruct"
+
+
+@lru_cache(maxsize=4)
+def kimi_format(tokenizer: str) -> KimiK25:
+    return KimiK25(load_tokenizer(tokenizer))
+
+
+def shard_parts(run: DatasetRun, chunk: int, suffix: str) -> tuple[str, ...]:
+    return (run.name, STAGE, run.reconstruct_fp, chunk_name(chunk) + suffix)
+
+
+def reconstruct_chunk(run: DatasetRun, chunk: int) -> tuple[Shard, dict[str, int]]:
+    """Write the chunk's shard (unless it exists); returns it and its counts by status."""
+    info_parts = shard_parts(run, chunk, ".json")
+    if run.store.exists(*info_parts):
+        info = run.store.read_json(*info_parts)
+        return Shard(**info["shard"]), info["counts"]
+    prompts = read_chunk(run, chunk)
+    wanted = {
+        p.sample_id: request_fingerprint(build_request(p, run.config.endpoint)) for p in prompts
+    }
+    log = RawLog(run.rawlog_url(chunk))
+    records = (
+        (f"raw log record {r['sample_id']}", r)
+        for r in log.iter_final_samples()
+        if isinstance(r.get("request"), dict)
+        and wanted.get(r["sample_id"]) == request_fingerprint(r["request"])
+    )
+    counts: Counter[str] = Counter()
+
+    def counted(samples):
+        for sample in samples:
+            counts[sample.status] += 1
+            counts["completion_tokens"] += sample.completion_len
+            if sample.reference_match:
+                counts[f"reference_{sample.reference_match}"] += 1
+            yield sample
+
+    buffer = io.BytesIO()
+    rows = write_token_samples(
+        counted(reconstruct_records(records, kimi_format(run.config.tokenizer))), buffer
+    )
+    counts["missing"] = len(wanted) - rows  # failed for good, or never answered
+    name = chunk_name(chunk) + ".parquet"
+    digest = run.store.write_bytes(buffer.getvalue(), *shard_parts(run, chunk, ".parquet"))
+    shard = Shard(path=name, rows=rows, sha256=digest)
+    run.store.write_json({"shard": shard.__dict__, "counts": dict(counts)}, *info_parts)
+    return shard, dict(counts)
+
+
+def finish_reconstruction(
+    run: DatasetRun, results: list[tuple[Shard, dict[str, int]]]
+) -> StageManifest:
+    total: Counter[str] = Counter()
+    for _, counts in results:
+        total.update(counts)
+    manifest = StageManifest(
+        dataset=run.name, stage=STAGE, fingerprint=run.reconstruct_fp, counts=dict(total),
+        shards=[shard for shard, _ in results],
+    )
+    write_manifest(run.store, manifest)
+    return manifest
+
+
+def reconstruct_dataset(run: DatasetRun, chunks: int) -> StageManifest:
+    """Every chunk in worker processes, then the stage manifest (the library path)."""
+    done = read_manifest(run.store, run.name, STAGE, run.reconstruct_fp)
+    if done is not None:
+        return done
+    workers = min(run.config.reconstruct_workers, max(1, chunks))
+    if workers == 1:
+        results = [reconstruct_chunk(run, k) for k in range(chunks)]
+    else:
+        with ProcessPoolExecutor(workers) as pool:
+            results = list(pool.map(reconstruct_chunk, [run] * chunks, range(chunks)))
+    return finish_reconstruction(run, results)

@@ -1,0 +1,198 @@
+"""What a probe found, as plain typed data that round-trips through JSON.
+
+A `ProviderProfile` holds no secret: the key never enters the probe's findings, only the NAME of
+the variable that holds it (`api_key_env`), the same as an endpoint config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+PROFILE_KIND = "specregen.provider_profile"
+PROFILE_VERSION = 1
+
+ToolMode = Literal["tools", "system_prompt"]
+TOOL_MODES: tuple[ToolMode, ...] = ("tools", "system_prompt")
+CallsWhere = Literal["structured", "raw_content", "raw_reasoning", "stripped", "none"]
+ReasoningField = Literal["reasoning", "reasoning_content", "reasoning_details", "none"]
+IdForm = Literal["functions.NAME:IDX", "other", "none"]
+# How the `arguments` strings relate to what the model wrote.
+ArgumentsCheck = Literal["verbatim", "trimmed", "reserialized", "changed", "unknown", "none"]
+ArgumentsJson = Literal["valid", "invalid", "none"]
+Whitespace = Literal["kept", "lost", "unknown", "none"]
+
+
+class ProfileError(ValueError):
+    """A provider-profile file that cannot be read or is not a profile."""
+
+
+@dataclass(slots=True)
+class Observation:
+    """One probe request and what came back."""
+
+    index: int
+    ok: bool
+    http_status: int | None = None
+    error: str | None = None
+    calls_where: CallsWhere | None = None  # None: the request failed
+    tool_calls: int = 0
+    # The raw marker section parses (None when there is no raw section).
+    raw_section_parsed: bool | None = None
+    reasoning_field: ReasoningField = "none"
+    reasoning_chars: int = 0
+    id_form: IdForm = "none"
+    id_example: str | None = None
+    arguments_json: ArgumentsJson = "none"
+    arguments: ArgumentsCheck = "none"
+    whitespace: Whitespace = "none"
+    finish_reason: str | None = None
+    native_finish_reason: str | None = None
+    provider: str | None = None
+    latency_s: float = 0.0
+    usage_prompt_tokens: int | None = None
+    usage_completion_tokens: int | None = None
+    our_prompt_tokens: int | None = None
+    our_completion_tokens: int | None = None
+    # usage minus ours: positive when the provider counted more tokens than we rebuild.
+    prompt_offset: int | None = None
+    completion_offset: int | None = None
+    reference_match: str | None = None  # when the server returned the completion's token ids
+    reconstruct_flags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    """One scenario: its requests' observations and their summary (the worst case wins)."""
+
+    name: str
+    description: str
+    tool_mode: ToolMode
+    tools_sent: bool
+    thinking: bool | None  # what the request asked; None: the server default
+    observations: list[Observation] = field(default_factory=list)
+    calls_where: CallsWhere | None = None  # None: every request failed
+    where_counts: dict[str, int] = field(default_factory=dict)
+    # None: no request of the scenario made a call (or all failed), so nothing can be said.
+    recoverable: bool | None = None
+    reasoning_field: ReasoningField = "none"
+    id_form: IdForm = "none"
+    id_example: str | None = None
+    arguments_json: ArgumentsJson = "none"
+    arguments: ArgumentsCheck = "none"
+    whitespace: Whitespace = "none"
+    prompt_offsets: list[int] = field(default_factory=list)
+    completion_offsets: list[int] = field(default_factory=list)
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    providers: list[str] = field(default_factory=list)
+    latency_s_max: float = 0.0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProviderProfile:
+    """How one endpoint (model + routing) returns tool calls and reasoning."""
+
+    base_url: str
+    model: str
+    dialect: str
+    routing: dict[str, Any] | None
+    thinking: bool | None
+    tool_mode: ToolMode  # the mode the run intends; `tool_calls_recoverable` is for it
+    api_key_env: str
+    tokenizer: str | None
+    glaive_source: str | None
+    requests_per_scenario: int
+    created_at: str
+    scenarios: list[ScenarioResult]
+    tool_calls_recoverable: bool
+    tool_calls_recoverable_by_mode: dict[str, bool]
+    reasoning_field: ReasoningField
+    providers: list[str]
+    notes: list[str]
+    kind: str = PROFILE_KIND
+    version: int = PROFILE_VERSION
+
+    def scenario(self, name: str) -> ScenarioResult | None:
+        return next((s for s in self.scenarios if s.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+def save_profile(profile: ProviderProfile, path: str | Path) -> Path:
+    """Write the profile as JSON, atomically (a half-written profile must not gate a run)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(profile.to_json())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_profile(path: str | Path) -> ProviderProfile:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ProfileError(f"cannot read the provider profile {path}: {exc.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"the provider profile {path} is not JSON: {exc}") from None
+    return profile_from_dict(data, where=str(path))
+
+
+def profile_from_dict(data: Any, *, where: str = "profile") -> ProviderProfile:
+    if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND:
+        raise ProfileError(f"{where} is not a provider profile (written by `specregen probe`)")
+    if data.get("version") != PROFILE_VERSION:
+        raise ProfileError(
+            f"{where} has profile version {data.get('version')!r}; this specregen reads"
+            f" version {PROFILE_VERSION}: probe the endpoint again"
+        )
+    scenarios = []
+    for i, raw in enumerate(_list(data, "scenarios", where)):
+        at = f"{where}: scenarios[{i}]"
+        obs = [_build(Observation, o, f"{at}.observations[{j}]")
+               for j, o in enumerate(_list(raw, "observations", at))]
+        scenarios.append(_build(ScenarioResult, {**raw, "observations": obs}, at))
+    profile = _build(ProviderProfile, {**data, "scenarios": scenarios}, where)
+    by_mode = profile.tool_calls_recoverable_by_mode
+    if not isinstance(by_mode, dict) or any(not isinstance(by_mode.get(m), bool)
+                                            for m in TOOL_MODES):
+        raise ProfileError(f"{where}: tool_calls_recoverable_by_mode must give a bool per mode")
+    return profile
+
+
+def _list(data: Any, name: str, where: str) -> list[Any]:
+    value = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(value, list):
+        raise ProfileError(f"{where}: '{name}' is missing or not a list")
+    return value
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where} is not an object")
+    known = {f.name for f in dataclasses.fields(cls)}
+    required = {
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    missing = sorted(required - data.keys())
+    if missing:
+        raise ProfileError(f"{where} lacks {', '.join(missing)}")
+    # Unknown keys are ignored: a newer writer may add findings an older reader need not know.
+    return cls(**{k: v for k, v in data.items() if k in known})

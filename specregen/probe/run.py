@@ -1,0 +1,208 @@
+"""Sending the probe: every request of every scenario at once, streamed, a few retries each.
+
+Streaming uses the client's idle timeout, so a slow reasoning answer is not a failure while it
+keeps sending. An HTTP error is recorded in its scenario; 401/402 (and a key httpx cannot send)
+stop the probe with `ProbeFatalError`, whose message names the key's variable, never the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from specregen.client.config import EndpointConfig
+from specregen.client.engine import backoff_delay
+from specregen.client.request import build_request
+from specregen.client.secrets import ApiKey, scrub_text
+from specregen.client.transport import AttemptResult, send
+from specregen.models.kimi_k25 import KimiK25
+from specregen.probe.classify import (
+    failed_observation,
+    observe,
+    overall_reasoning_field,
+    recoverable_by_mode,
+    summarize,
+)
+from specregen.probe.model import Observation, ProviderProfile, ScenarioResult, ToolMode
+from specregen.probe.notes import profile_notes
+from specregen.probe.scenarios import Scenario
+
+# A probe is a quick look: a few retries on 429/5xx, not a paid run's patience.
+MAX_ATTEMPTS = 3
+# Error classes that end the probe: every further request would fail the same way.
+KEY_ERRORS = frozenset({"unauthorized", "payment_required", "bad_request_headers"})
+
+
+class ProbeFatalError(RuntimeError):
+    """The endpoint refused the key or the account (or cannot be reached at all by its URL)."""
+
+    def __init__(self, message: str, *, error_class: str, http_status: int | None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.http_status = http_status
+
+    @property
+    def key_error(self) -> bool:
+        return self.error_class in KEY_ERRORS
+
+
+@dataclass(slots=True)
+class _Shared:
+    stop: asyncio.Event
+    fatal: AttemptResult | None = None
+
+
+def scenario_config(cfg: EndpointConfig, scenario: Scenario) -> EndpointConfig:
+    """The run's config, streamed, with the scenario's thinking switch if it sets one."""
+    update: dict[str, Any] = {"stream": True}
+    if scenario.thinking_override is not None:
+        # The switch alone: a configured reasoning effort could contradict it in the body.
+        update.update(thinking=scenario.thinking_override, reasoning=None)
+    return cfg.model_copy(update=update)
+
+
+async def run_scenarios(
+    cfg: EndpointConfig,
+    key: ApiKey | None,
+    scenarios: list[Scenario],
+    *,
+    fmt: KimiK25 | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> list[ScenarioResult]:
+    """Every request of every scenario concurrently; raises ProbeFatalError on 401/402."""
+    shared = _Shared(stop=asyncio.Event())
+    jobs: list[tuple[int, int, EndpointConfig, dict[str, Any]]] = []
+    for s_index, scenario in enumerate(scenarios):
+        s_cfg = scenario_config(cfg, scenario)
+        for p_index, prompt in enumerate(scenario.prompts):
+            jobs.append((s_index, p_index, s_cfg, build_request(prompt, s_cfg)))
+    async with httpx.AsyncClient(transport=transport) as client:
+        results = await asyncio.gather(
+            *(_ask(client, job_cfg, body, key, shared) for _, _, job_cfg, body in jobs)
+        )
+    if shared.fatal is not None:
+        raise _fatal_error(shared.fatal, cfg, key)
+
+    observations: list[list[Observation]] = [[] for _ in scenarios]
+    for (s_index, p_index, _, body), result in zip(jobs, results, strict=True):
+        if result.final_answer and result.response is not None:
+            obs = observe(p_index, body, result.response, fmt=fmt, latency_s=result.latency_s,
+                          http_status=result.http_status)
+        else:
+            obs = failed_observation(p_index, result.error_class, result.error_message,
+                                     result.http_status, result.latency_s)
+        observations[s_index].append(obs)
+    out = []
+    for scenario, found in zip(scenarios, observations, strict=True):
+        thinking = (cfg.thinking if scenario.thinking_override is None
+                    else scenario.thinking_override)
+        result = ScenarioResult(name=scenario.name, description=scenario.description,
+                                tool_mode=scenario.tool_mode, tools_sent=scenario.tools_sent,
+                                thinking=thinking)
+        out.append(summarize(result, found))
+    return out
+
+
+async def _ask(
+    client: httpx.AsyncClient,
+    cfg: EndpointConfig,
+    body: dict[str, Any],
+    key: ApiKey | None,
+    shared: _Shared,
+) -> AttemptResult:
+    attempts = min(MAX_ATTEMPTS, cfg.retry.max_attempts)
+    rng = random.Random()
+    result: AttemptResult | None = None
+    for attempt in range(1, attempts + 1):
+        if shared.stop.is_set():
+            break
+        result = await send(client, cfg, body, key)
+        if result.kind == "fatal":
+            if shared.fatal is None:
+                shared.fatal = result
+            shared.stop.set()
+            return result
+        if result.final_answer or result.kind == "permanent" or attempt == attempts:
+            return result
+        delay = backoff_delay(attempt, cfg.retry, result.retry_after_s, rng)
+        try:
+            async with asyncio.timeout(delay):
+                await shared.stop.wait()
+        except TimeoutError:
+            pass
+    if result is not None:
+        return result
+    return AttemptResult(status="failed", response=None, latency_s=0.0, http_status=None,
+                         error_class="abandoned", error_message="the probe stopped first")
+
+
+def _fatal_error(
+    result: AttemptResult, cfg: EndpointConfig, key: ApiKey | None
+) -> ProbeFatalError:
+    var = cfg.api_key_env
+    detail = scrub_text(result.error_message or "", key)
+    error_class = result.error_class or "fatal"
+    if error_class == "unauthorized" and key is None:
+        message = f"the endpoint requires an API key and ${var} is not set ({detail})"
+    elif error_class == "unauthorized":
+        message = f"the endpoint rejected the key in ${var} ({detail}); set {var} to a valid key"
+    elif error_class == "payment_required":
+        message = (f"the account of the key in ${var} cannot pay for requests ({detail});"
+                   " add credits or use another key")
+    else:
+        message = detail
+    return ProbeFatalError(message, error_class=error_class, http_status=result.http_status)
+
+
+def build_profile(
+    cfg: EndpointConfig,
+    results: list[ScenarioResult],
+    *,
+    tool_mode: ToolMode,
+    requests: int,
+    tokenizer: str | None = None,
+    glaive_source: str | None = None,
+) -> ProviderProfile:
+    by_mode = recoverable_by_mode(results, cfg.thinking)
+    return ProviderProfile(
+        base_url=cfg.base_url,
+        model=cfg.model,
+        dialect=cfg.dialect,
+        routing=cfg.provider.as_body() if cfg.provider is not None else None,
+        thinking=cfg.thinking,
+        tool_mode=tool_mode,
+        api_key_env=cfg.api_key_env,
+        tokenizer=tokenizer,
+        glaive_source=glaive_source,
+        requests_per_scenario=requests,
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        scenarios=results,
+        tool_calls_recoverable=by_mode[tool_mode],
+        tool_calls_recoverable_by_mode=by_mode,
+        reasoning_field=overall_reasoning_field(results),
+        providers=sorted({p for s in results for p in s.providers}),
+        notes=profile_notes(results, by_mode, thinking=cfg.thinking, tokenizer=tokenizer),
+    )
+
+
+def probe_endpoint(
+    cfg: EndpointConfig,
+    key: ApiKey | None,
+    scenarios: list[Scenario],
+    *,
+    tool_mode: ToolMode = "tools",
+    fmt: KimiK25 | None = None,
+    tokenizer: str | None = None,
+    glaive_source: str | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> ProviderProfile:
+    """Run the scenarios and judge them; raises ProbeFatalError on a key or account error."""
+    results = asyncio.run(run_scenarios(cfg, key, scenarios, fmt=fmt, transport=transport))
+    requests = max((len(s.prompts) for s in scenarios), default=0)
+    return build_profile(cfg, results, tool_mode=tool_mode, requests=requests,
+                         tokenizer=tokenizer, glaive_source=glaive_source)

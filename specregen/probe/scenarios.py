@@ -1,0 +1,130 @@
+"""The probe's questions: prompts that clearly call for a tool, asked each way a run can ask.
+
+* `tools`: the tool in the `tools` parameter, thinking as the run's config says;
+* `system_prompt`: no `tools`, the same tool declared in the system prompt the way glaive does
+  (the functions lead-in, then the pretty-printed JSON function);
+* `glaive`: a real B1_glaive prompt whose reference answer is a tool call (with
+  `--glaive-source`), sent in system-prompt mode;
+* `thinking_on` / `thinking_off`: the `tools` question with the dialect's thinking switch set.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from specregen.probe.model import ToolMode
+from specregen.records import Prompt
+from specregen.sources.glaive import FUNCTIONS_LEAD_IN, TOOLS_SYSTEM
+
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "The city, e.g. Paris"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+# One city per request: repeated identical requests could be answered from a cache.
+CITIES = ("Paris", "Tokyo", "Lima", "Oslo", "Nairobi", "Hanoi", "Quito", "Perth", "Riga", "Accra")
+MAX_REQUESTS = len(CITIES)
+# Rows read from a glaive source before giving up on finding a tool-call prompt.
+GLAIVE_SCAN_LIMIT = 20_000
+
+
+class ProbeSetupError(ValueError):
+    """The probe cannot be prepared (a source that cannot be read, a bad option value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str
+    tool_mode: ToolMode
+    # Thinking set for this scenario through the dialect's switch; None keeps the run's config.
+    thinking_override: bool | None
+    prompts: tuple[Prompt, ...]
+
+    @property
+    def tools_sent(self) -> bool:
+        return self.tool_mode == "tools"
+
+
+def weather_question(city: str) -> str:
+    return f"What's the weather in {city} right now? Use the tool."
+
+
+def glaive_system_prompt(function: dict[str, Any]) -> str:
+    """A one-function glaive `system` field, without its `SYSTEM: ` tag (datasets README 2.1)."""
+    return f"{FUNCTIONS_LEAD_IN}\n{json.dumps(function, indent=4)}\n"
+
+
+def _weather_prompts(name: str, tool_mode: ToolMode, requests: int) -> tuple[Prompt, ...]:
+    if tool_mode == "tools":
+        system = TOOLS_SYSTEM
+    else:
+        system = glaive_system_prompt(WEATHER_TOOL["function"])
+    return tuple(
+        Prompt(
+            sample_id=f"probe-{name}-{i}",
+            messages=[{"role": "system", "content": system},
+                      {"role": "user", "content": weather_question(CITIES[i])}],
+            tools=[WEATHER_TOOL],
+            tool_mode=tool_mode,
+        )
+        for i in range(requests)
+    )
+
+
+def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[Scenario]:
+    if not 1 <= requests <= MAX_REQUESTS:
+        raise ProbeSetupError(f"requests per scenario must be between 1 and {MAX_REQUESTS}")
+    scenarios = [
+        Scenario("tools", "get_weather in `tools`", "tools", None,
+                 _weather_prompts("tools", "tools", requests)),
+        Scenario("system_prompt", "get_weather declared in a glaive-style system prompt",
+                 "system_prompt", None,
+                 _weather_prompts("system_prompt", "system_prompt", requests)),
+    ]
+    if glaive_prompt is not None:
+        copies = tuple(
+            Prompt(sample_id=f"probe-glaive-{i}", messages=glaive_prompt.messages,
+                   tools=glaive_prompt.tools, tool_mode="system_prompt", meta=glaive_prompt.meta)
+            for i in range(requests)
+        )
+        scenarios.append(Scenario("glaive", f"B1_glaive {glaive_prompt.meta.get('source_row')}",
+                                  "system_prompt", None, copies))
+    for name, value in (("thinking_on", True), ("thinking_off", False)):
+        scenarios.append(Scenario(name, f"get_weather in `tools`, thinking {name[9:]}",
+                                  "tools", value, _weather_prompts(name, "tools", requests)))
+    return scenarios
+
+
+def glaive_probe_prompt(source: str) -> Prompt:
+    """The first prompt of a glaive source whose reference first turn is a tool call."""
+    from specregen.sources import read_source
+
+    try:
+        records = read_source("glaive", source, dataset="B1_glaive", tool_mode="system_prompt")
+        for n, record in enumerate(records):
+            if n >= GLAIVE_SCAN_LIMIT:
+                break
+            if not isinstance(record, Prompt) or not record.tools:
+                continue
+            reference = record.meta.get("reference_first_turn") or {}
+            if reference.get("kind") in ("tool_call", "tool_calls"):
+                return record
+    except (OSError, ValueError, ImportError) as exc:
+        raise ProbeSetupError(f"cannot read the glaive source {source}: {exc}") from None
+    raise ProbeSetupError(
+        f"the glaive source {source} has no usable prompt whose first answer is a tool call"
+        f" in its first {GLAIVE_SCAN_LIMIT} rows"
+    )

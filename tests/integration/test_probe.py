@@ -1,0 +1,272 @@
+"""The provider probe against the emulator: every profile classified, the refusal gates `infer`.
+
+Every emulator profile is probed with the mini tokenizer and the bundled glaive sample; the
+weather question names the declared tool, so the emulated model calls it in every scenario.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specregen.cli import app
+from specregen.client.config import EndpointConfig
+from specregen.emulator.config import PROFILES, RECOVERABLE_PROFILES, EmulatorConfig
+from specregen.emulator.server import serve_in_thread
+from specregen.models.kimi_k25 import KimiK25
+from specregen.probe import (
+    ProbeRefusal,
+    build_scenarios,
+    load_profile,
+    probe_endpoint,
+    require_recoverable_tool_calls,
+)
+from specregen.probe.scenarios import WEATHER_TOOL, glaive_probe_prompt
+from specregen.sources import BUNDLED_SAMPLES
+from tests.support import get_tokenizer
+
+pytestmark = pytest.mark.integration
+
+MODEL = "moonshotai/kimi-k2.5"
+GLAIVE = str(BUNDLED_SAMPLES["B1_glaive"][1])
+# The API each emulated stack speaks; `raw` is a vLLM without tool parsing.
+DIALECT = {"openrouter": "openrouter", "vllm": "vllm", "sglang": "sglang",
+           "moonshot": "moonshot", "raw": "vllm", "stripped": "openrouter"}
+TOOLS_WHERE = {"openrouter": "structured", "vllm": "structured", "sglang": "structured",
+               "moonshot": "structured", "raw": "raw_content", "stripped": "stripped"}
+REASONING_FIELD = {"openrouter": "reasoning", "vllm": "reasoning", "sglang": "reasoning_content",
+                   "moonshot": "reasoning_content", "raw": "reasoning_content",
+                   "stripped": "reasoning"}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer("mini")
+
+
+@pytest.fixture(scope="module")
+def glaive_prompt():
+    return glaive_probe_prompt(GLAIVE)
+
+
+def emulator(profile: str, tok, **overrides):
+    config = EmulatorConfig(profile=profile, seed=7, tool_call_rate=1.0,
+                            literal_marker_rate=0.0, **overrides)
+    return serve_in_thread(config, tok)
+
+
+def url_of(emu, profile: str) -> str:
+    return emu.openrouter_url if DIALECT[profile] == "openrouter" else emu.url
+
+
+def endpoint(emu, profile: str, **extra) -> EndpointConfig:
+    return EndpointConfig.load({"base_url": url_of(emu, profile), "model": MODEL,
+                                "dialect": DIALECT[profile], **extra})
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_is_classified(tok, glaive_prompt, profile):
+    with emulator(profile, tok) as emu:
+        result = probe_endpoint(endpoint(emu, profile), None, build_scenarios(2, glaive_prompt),
+                                fmt=KimiK25(tok), tokenizer="mini")
+    s = {x.name: x for x in result.scenarios}
+    assert list(s) == ["tools", "system_prompt", "glaive", "thinking_on", "thinking_off"]
+    assert all(not x.errors and x.where_counts for x in s.values())
+    recoverable = profile in RECOVERABLE_PROFILES
+    # With tools: structured where the stack parses calls, raw text where it does not.
+    for name in ("tools", "thinking_on", "thinking_off"):
+        assert s[name].calls_where == TOOLS_WHERE[profile], name
+        assert s[name].where_counts == {TOOLS_WHERE[profile]: 2}
+    # Without tools no stack parses calls: the markers stay in content (or are stripped).
+    for name in ("system_prompt", "glaive"):
+        assert s[name].calls_where == ("raw_content" if recoverable else "stripped"), name
+    assert result.reasoning_field == REASONING_FIELD[profile]
+    for name in ("tools", "system_prompt", "glaive", "thinking_on"):
+        assert s[name].reasoning_field == REASONING_FIELD[profile], name
+    assert s["thinking_off"].reasoning_field == "none"
+    assert all(o.reasoning_chars == 0 for o in s["thinking_off"].observations)
+    for x in s.values():
+        assert x.prompt_offsets == [0]
+        assert x.latency_s_max > 0
+    if recoverable:
+        for x in s.values():
+            assert x.recoverable is True
+            assert (x.id_form, x.id_example) == ("functions.NAME:IDX", "functions.get_weather:0")
+            assert x.arguments_json == "valid"
+            assert x.completion_offsets == [0], x.name
+        assert result.tool_calls_recoverable is True
+        assert result.tool_calls_recoverable_by_mode == {"tools": True, "system_prompt": True}
+        require_recoverable_tool_calls(result, "tools")
+        require_recoverable_tool_calls(result, "system_prompt")
+    else:
+        assert all(x.recoverable is False and x.id_form == "none" for x in s.values())
+        # The deleted markers show in the counts: the provider counted tokens we cannot rebuild.
+        assert all(x.completion_offsets and min(x.completion_offsets) > 0 for x in s.values())
+        assert all(o.finish_reason == "tool_calls" for x in s.values() for o in x.observations)
+        assert result.tool_calls_recoverable is False
+        assert result.tool_calls_recoverable_by_mode == {"tools": False, "system_prompt": False}
+        for mode in ("tools", "system_prompt"):
+            with pytest.raises(ProbeRefusal) as info:
+                require_recoverable_tool_calls(result, mode, probe_file="p.json")
+            host = f"127.0.0.1:{emu.port}"
+            assert str(info.value).startswith(
+                f"the endpoint {MODEL} at {host} returns tool calls with the markers stripped")
+            assert (f"when tools are sent as {mode}: they cannot be rebuilt token-exact;"
+                    " refusing to start. Probe: p.json") in str(info.value)
+    if profile == "openrouter":
+        assert all(x.providers == ["Moonshot AI"] for x in s.values())
+    if profile in ("openrouter", "vllm", "sglang", "moonshot"):
+        # Structured calls and no token ids: nothing to compare the arguments with.
+        assert (s["tools"].arguments, s["tools"].whitespace) == ("unknown", "unknown")
+    if profile == "raw":
+        assert (s["tools"].arguments, s["tools"].whitespace) == ("verbatim", "kept")
+
+
+@pytest.mark.parametrize(("profile", "expected"), [("vllm", ("trimmed", "lost")),
+                                                   ("moonshot", ("verbatim", "kept"))])
+def test_token_ids_show_whether_arguments_survive(tok, profile, expected):
+    """The model writes whitespace around every argument string: vLLM trims, Moonshot keeps."""
+    with emulator(profile, tok, tool_args_whitespace_rate=1.0) as emu:
+        cfg = EndpointConfig.load({"base_url": emu.url, "model": MODEL, "dialect": "vllm",
+                                   "return_token_ids": True})
+        result = probe_endpoint(cfg, None, build_scenarios(2), fmt=KimiK25(tok),
+                                tokenizer="mini")
+    tools = result.scenario("tools")
+    assert tools is not None and (tools.arguments, tools.whitespace) == expected
+    matches = {o.reference_match for o in tools.observations}
+    assert matches == ({"text_diff"} if profile == "vllm" else {"exact"})
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line, and `infer --provider-profile`
+
+
+def probe_args(url: str, out: Path, *extra: str) -> list[str]:
+    return ["probe", "--base-url", url, "--model", MODEL, "--tokenizer", "mini",
+            "--requests", "2", "--out", str(out), *extra]
+
+
+def tool_prompts(path: Path) -> Path:
+    user = {"role": "user", "content": "What's the weather in Paris?"}
+    rows = [
+        {"sample_id": "t0", "tools": [WEATHER_TOOL],
+         "messages": [{"role": "system", "content": "You are helpful."}, user]},
+        {"sample_id": "g0", "tool_mode": "system_prompt", "tools": [WEATHER_TOOL],
+         "messages": [{"role": "system", "content": "Functions: get_weather"}, user]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def infer_args(prompts: Path, out: Path, url: str, profile: Path) -> list[str]:
+    return ["infer", str(prompts), "--out", str(out), "--base-url", url, "--model", MODEL,
+            "--provider-profile", str(profile)]
+
+
+def test_cli_probe_writes_the_profile_and_prints_the_table(tmp_path, tok):
+    out = tmp_path / "profile.json"
+    with emulator("openrouter", tok) as emu:
+        result = CliRunner().invoke(app, probe_args(emu.openrouter_url, out, "--glaive-source",
+                                                    GLAIVE, "--provider-only", "moonshotai",
+                                                    "--no-allow-fallbacks"))
+    assert result.exit_code == 0, result.output
+    profile = load_profile(out)
+    assert profile.routing == {"only": ["moonshotai"], "allow_fallbacks": False}
+    assert profile.tool_calls_recoverable and profile.glaive_source == GLAIVE
+    assert [s.name for s in profile.scenarios][2] == "glaive"
+    assert "structured" in result.output and "raw_content" in result.output
+    assert "tool calls recoverable as tools: yes" in result.output
+
+
+def test_infer_refuses_a_stripped_endpoint_before_any_request(tmp_path, tok):
+    profile = tmp_path / "profile.json"
+    prompts = tool_prompts(tmp_path / "prompts.jsonl")
+    with emulator("stripped", tok) as emu:
+        probed = CliRunner().invoke(app, probe_args(emu.openrouter_url, profile))
+        assert probed.exit_code == 0, probed.output
+        assert load_profile(profile).tool_calls_recoverable is False
+        emu.reset()
+        result = CliRunner().invoke(app, infer_args(prompts, tmp_path / "raw",
+                                                    emu.openrouter_url, profile))
+        stats = emu.stats()
+    assert result.exit_code == 2, result.output
+    assert stats["chat_requests"] == 0
+    text = " ".join(result.output.split())
+    assert "returns tool calls with the markers stripped" in text
+    assert f"refusing to start. Probe: {profile}" in text
+
+
+def test_infer_runs_with_a_good_profile_and_without_tool_prompts(tmp_path, tok):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    with emulator("openrouter", tok) as emu:
+        assert CliRunner().invoke(app, probe_args(emu.openrouter_url, good)).exit_code == 0
+        emu.reset()
+        result = CliRunner().invoke(app, infer_args(tool_prompts(tmp_path / "p.jsonl"),
+                                                    tmp_path / "raw", emu.openrouter_url, good))
+        assert result.exit_code == 0, result.output
+        assert emu.stats()["chat_requests"] == 2
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"sample_id": "c0", "messages": [
+        {"role": "user", "content": "Write a sort function."}]}) + "\n")
+    with emulator("stripped", tok) as emu:
+        assert CliRunner().invoke(app, probe_args(emu.openrouter_url, bad)).exit_code == 0
+        result = CliRunner().invoke(app, infer_args(plain, tmp_path / "raw2",
+                                                    emu.openrouter_url, bad))
+    assert result.exit_code == 0, result.output  # no prompt relies on tool calls
+
+
+def test_401_names_the_variable_not_the_key(tmp_path, tok, monkeypatch):
+    wrong = "sk-or-v1-WRONG-key-that-must-not-be-printed-77"
+    monkeypatch.setenv("PROBE_TEST_KEY", wrong)
+    out = tmp_path / "profile.json"
+    with emulator("openrouter", tok, require_key="sk-or-v1-the-right-key-000000000") as emu:
+        result = CliRunner().invoke(app, probe_args(emu.openrouter_url, out, "--api-key-env",
+                                                    "PROBE_TEST_KEY"))
+    assert result.exit_code == 3, result.output
+    assert "PROBE_TEST_KEY" in result.output
+    assert wrong not in result.output
+    assert not out.exists()
+
+
+def test_the_profile_never_holds_the_key(tmp_path, tok, monkeypatch):
+    secret = "sk-or-v1-SECRET-probe-key-that-must-never-leak-42"
+    monkeypatch.setenv("PROBE_TEST_KEY", secret)
+    out = tmp_path / "profile.json"
+    with emulator("openrouter", tok, require_key=secret) as emu:
+        result = CliRunner().invoke(app, probe_args(emu.openrouter_url, out, "--api-key-env",
+                                                    "PROBE_TEST_KEY"))
+    assert result.exit_code == 0, result.output
+    assert load_profile(out).api_key_env == "PROBE_TEST_KEY"
+    assert secret not in result.output
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the key leaked into {path}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--tool-mode", "json"], "--tool-mode"),
+     (["--dialect", "vllm", "--provider-only", "x"], "provider"),
+     (["--quantizations", "int3"], "quantizations"),
+     (["--glaive-source", "/nonexistent/glaive.json"], "cannot read the glaive source"),
+     (["--tokenizer", "/nonexistent/tok"], "tokenizer")],
+)
+def test_bad_usage_exits_2_before_any_request(tmp_path, tok, args, message):
+    with emulator("openrouter", tok) as emu:
+        result = CliRunner().invoke(app, probe_args(emu.openrouter_url,
+                                                    tmp_path / "p.json", *args))
+        assert emu.stats()["chat_requests"] == 0
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_remote_endpoint_without_a_key_is_bad_usage(tmp_path, monkeypatch):
+    monkeypatch.delenv("PROBE_ABSENT_KEY", raising=False)
+    result = CliRunner().invoke(app, ["probe", "--base-url", "https://example.invalid/v1",
+                                      "--model", MODEL, "--api-key-env", "PROBE_ABSENT_KEY",
+                                      "--out", str(tmp_path / "p.json")])
+    assert result.exit_code == 2
+    assert "PROBE_ABSENT_KEY is not set" in result.output

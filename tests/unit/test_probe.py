@@ -1,0 +1,476 @@
+"""The provider probe without a server: classification, summaries, verdicts, refusal, profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specregen.client.config import EndpointConfig
+from specregen.client.request import build_request
+from specregen.models.kimi_k25 import (
+    ARG_BEGIN,
+    CALL_BEGIN,
+    CALL_END,
+    SECTION_BEGIN,
+    SECTION_END,
+)
+from specregen.normalize import normalize_response
+from specregen.probe import (
+    ProbeFatalError,
+    ProbeRefusal,
+    ProbeSetupError,
+    ProfileError,
+    ScenarioResult,
+    build_profile,
+    build_scenarios,
+    check_run_against_profile,
+    classify_calls,
+    load_profile,
+    observe,
+    require_recoverable_tool_calls,
+    run_scenarios,
+    save_profile,
+    summarize,
+)
+from specregen.probe.classify import (
+    compare_with_raw,
+    failed_observation,
+    id_form_of,
+    raw_calls_in,
+    reasoning_field_of,
+    recoverable_by_mode,
+)
+from specregen.probe.run import scenario_config
+from specregen.probe.scenarios import glaive_probe_prompt
+from specregen.records import ToolCall
+from specregen.sources import BUNDLED_SAMPLES
+from specregen.sources.glaive import FUNCTIONS_LEAD_IN
+
+ARGS = '{"city": "Paris"}'
+SECTION = (f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}{ARGS}{CALL_END}"
+           f"{SECTION_END}")
+
+
+def body(
+    *,
+    content: str | None = None,
+    reasoning: str | None = None,
+    reasoning_field: str = "reasoning",
+    calls: list[tuple[str, str, str]] | None = None,
+    finish: str = "stop",
+    usage: dict[str, Any] | None = None,
+    token_ids: list[int] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message[reasoning_field] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ]
+    message.update(extra or {})
+    choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish}
+    if token_ids is not None:
+        choice["token_ids"] = token_ids
+    out: dict[str, Any] = {"choices": [choice]}
+    if usage is not None:
+        out["usage"] = usage
+    return out
+
+
+def where(response: dict[str, Any]) -> str:
+    return classify_calls(normalize_response(response)).where
+
+
+# ---------------------------------------------------------------------------------------------
+# Where calls came back
+
+
+def test_structured_calls_are_structured():
+    finding = classify_calls(normalize_response(body(
+        calls=[("functions.get_weather:0", "get_weather", ARGS)], finish="tool_calls")))
+    assert finding.where == "structured"
+    assert finding.calls == [ToolCall("functions.get_weather:0", "get_weather", ARGS)]
+
+
+def test_markers_in_content_are_raw_content_and_parse():
+    finding = classify_calls(normalize_response(body(content="Let me check." + SECTION)))
+    assert finding.where == "raw_content"
+    assert finding.raw_section_parsed is True
+    assert finding.calls[0].arguments == ARGS
+
+
+def test_markers_that_do_not_form_a_section_are_raw_but_unparsed():
+    # A partial marker set as seen from a provider (SPEC 4.5: typeclaw PR #344).
+    text = f"channel_reply:0{ARG_BEGIN}{ARGS}{SECTION_END}"
+    finding = classify_calls(normalize_response(body(content=text)))
+    assert (finding.where, finding.raw_section_parsed, finding.calls) == ("raw_content", False, [])
+
+
+def test_markers_in_reasoning_are_raw_reasoning():
+    assert where(body(content=None, reasoning="I should call it." + SECTION)) == "raw_reasoning"
+
+
+def test_tool_calls_finish_without_calls_or_markers_is_stripped():
+    assert where(body(content="", finish="tool_calls")) == "stripped"
+
+
+def test_call_like_text_without_markers_is_stripped_even_with_finish_stop():
+    assert where(body(content='functions.get_weather:0{"city": "Paris"}')) == "stripped"
+
+
+def test_a_plain_answer_is_none():
+    assert where(body(content="It is sunny in Paris.")) == "none"
+
+
+def test_reasoning_field_names_the_field_that_carried_text():
+    def field(response: dict[str, Any]) -> str:
+        return reasoning_field_of(normalize_response(response))
+
+    assert field(body(content="x", reasoning="think", extra={"reasoning_details": [
+        {"type": "reasoning.text", "text": "think"}]})) == "reasoning"
+    assert field(body(content="x", reasoning="think", reasoning_field="reasoning_content")) == (
+        "reasoning_content")
+    assert field(body(content="x", extra={"reasoning_details": [
+        {"type": "reasoning.text", "text": "think"}]})) == "reasoning_details"
+    assert field(body(content="x", reasoning="")) == "none"
+    assert field(body(content="x", reasoning=None)) == "none"
+
+
+def test_id_form():
+    assert id_form_of([ToolCall("functions.get_weather:0", "get_weather", ARGS)]) == (
+        "functions.NAME:IDX", "functions.get_weather:0")
+    assert id_form_of([ToolCall("functions.get_weather:0", "get_weather", ARGS),
+                       ToolCall("call_9f2a", "get_weather", ARGS)]) == ("other", "call_9f2a")
+    assert id_form_of([]) == ("none", None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments and whitespace
+
+
+def test_raw_calls_are_read_untrimmed():
+    text = f"{SECTION_BEGIN}{CALL_BEGIN} functions.f:0 {ARG_BEGIN}\n{ARGS} {CALL_END}{SECTION_END}"
+    assert raw_calls_in(text) == [(" functions.f:0 ", "\n" + ARGS + " ")]
+    assert raw_calls_in("no section") == []
+
+
+@pytest.mark.parametrize(
+    ("api_args", "raw_args", "expected"),
+    [
+        (ARGS, ARGS, ("verbatim", "kept")),
+        (ARGS, " " + ARGS + "\n", ("trimmed", "lost")),
+        ('{"city":"Paris"}', ARGS, ("reserialized", "unknown")),
+        ('{"city": "Lyon"}', ARGS, ("changed", "unknown")),
+    ],
+)
+def test_arguments_compared_with_the_models_text(api_args, raw_args, expected):
+    api = [ToolCall("functions.f:0", "f", api_args)]
+    assert compare_with_raw(api, [("functions.f:0", raw_args)]) == expected
+
+
+def test_a_trimmed_id_is_lost_whitespace_and_a_renumbered_one_is_not():
+    api = [ToolCall("functions.f:1", "f", ARGS)]
+    assert compare_with_raw(api, [("functions.f:0", ARGS)]) == ("verbatim", "kept")
+    api = [ToolCall("functions.f:0", "f", ARGS)]
+    assert compare_with_raw(api, [(" functions.f:0", ARGS)]) == ("verbatim", "lost")
+    assert compare_with_raw(api, []) == ("changed", "unknown")
+
+
+def test_structured_calls_alone_say_unknown_rather_than_guess():
+    obs = observe(0, {"messages": []}, body(
+        calls=[("functions.get_weather:0", "get_weather", ARGS)], finish="tool_calls"))
+    assert (obs.arguments, obs.whitespace, obs.arguments_json) == ("unknown", "unknown", "valid")
+    # Surrounding whitespace that arrived proves at least that nobody trimmed it.
+    obs = observe(0, {"messages": []}, body(
+        calls=[("functions.get_weather:0", "get_weather", " " + ARGS)], finish="tool_calls"))
+    assert (obs.arguments, obs.whitespace) == ("unknown", "kept")
+
+
+def test_raw_markers_are_verbatim():
+    obs = observe(0, {"messages": []}, body(content=SECTION))
+    assert (obs.calls_where, obs.arguments, obs.whitespace) == ("raw_content", "verbatim", "kept")
+    assert obs.id_form == "functions.NAME:IDX"
+
+
+def test_token_ids_reveal_trimming_and_counts_are_offsets(mini_fmt):
+    messages = [{"role": "user", "content": "weather in Paris?"}]
+    request = {"messages": messages, "tools": [{"type": "function", "function": {
+        "name": "get_weather", "parameters": {"type": "object"}}}]}
+    written = ToolCall("functions.get_weather:0", "get_weather", " " + ARGS)
+    truth = mini_fmt.assemble("hmm", "", [written], thinking=True, truncated=False)
+    prompt_len = len(mini_fmt.encode_prompt(messages, request["tools"], thinking=True))
+    response = body(
+        content="", reasoning="hmm", calls=[("functions.get_weather:0", "get_weather", ARGS)],
+        finish="tool_calls", token_ids=truth.ids,
+        usage={"prompt_tokens": prompt_len, "completion_tokens": len(truth.ids)},
+    )
+    obs = observe(3, request, response, fmt=mini_fmt)
+    assert (obs.arguments, obs.whitespace) == ("trimmed", "lost")
+    assert obs.prompt_offset == 0
+    # usage minus ours; a lost space may merge into the next token, so counts alone can hide it.
+    ours = mini_fmt.assemble("hmm", "", [ToolCall(written.id, written.name, ARGS)],
+                             thinking=True, truncated=False)
+    assert obs.our_completion_tokens == len(ours.ids)
+    assert obs.completion_offset == len(truth.ids) - len(ours.ids)
+    assert obs.reference_match == "text_diff"
+
+
+def test_an_error_body_is_a_failed_observation():
+    obs = observe(0, {"messages": []}, {"error": {"code": 502, "message": "upstream"}})
+    assert not obs.ok and "upstream" in (obs.error or "")
+    obs = failed_observation(1, "bad_request", "HTTP 400: nope", 400, 0.2)
+    assert (obs.ok, obs.http_status, obs.error) == (False, 400, "bad_request: HTTP 400: nope")
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenario summaries and verdicts
+
+
+def scenario(name: str, responses: list[dict[str, Any]], *, tool_mode: str = "tools",
+             thinking: bool | None = None) -> ScenarioResult:
+    result = ScenarioResult(name=name, description=name, tool_mode=tool_mode,  # type: ignore[arg-type]
+                            tools_sent=tool_mode == "tools", thinking=thinking)
+    return summarize(result, [observe(i, {"messages": []}, r) for i, r in enumerate(responses)])
+
+
+STRUCTURED = body(calls=[("functions.get_weather:0", "get_weather", ARGS)], finish="tool_calls")
+RAW = body(content=SECTION)
+STRIPPED = body(content="", finish="tool_calls")
+PLAIN = body(content="It is sunny.")
+
+
+def test_the_worst_answer_decides_the_scenario():
+    s = scenario("tools", [STRUCTURED, STRIPPED, STRUCTURED])
+    assert s.calls_where == "stripped"
+    assert s.where_counts == {"structured": 2, "stripped": 1}
+    assert s.recoverable is False
+    s = scenario("tools", [STRUCTURED, PLAIN])
+    assert (s.calls_where, s.recoverable) == ("structured", True)
+
+
+def test_no_call_at_all_is_inconclusive_and_all_failures_say_nothing():
+    s = scenario("tools", [PLAIN, PLAIN])
+    assert (s.calls_where, s.recoverable) == ("none", None)
+    result = ScenarioResult("tools", "tools", "tools", True, None)
+    s = summarize(result, [failed_observation(0, "server_error", "HTTP 502: down", 502, 0.1)])
+    assert (s.calls_where, s.recoverable) == (None, None)
+    assert s.errors == ["server_error: HTTP 502: down"]
+
+
+def test_proven_reserialisation_is_not_recoverable():
+    s = scenario("tools", [STRUCTURED])
+    s.observations[0].arguments = "reserialized"
+    assert summarize(s, s.observations).recoverable is False
+
+
+def test_recoverable_by_mode_needs_a_call_and_no_loss():
+    scenarios = [
+        scenario("tools", [STRUCTURED]),
+        scenario("thinking_on", [STRUCTURED], thinking=True),
+        scenario("thinking_off", [STRIPPED], thinking=False),
+        scenario("system_prompt", [RAW], tool_mode="system_prompt"),
+        scenario("glaive", [PLAIN], tool_mode="system_prompt"),
+    ]
+    # thinking_off does not speak for a run with thinking on (or the server default).
+    assert recoverable_by_mode(scenarios, None) == {"tools": True, "system_prompt": True}
+    assert recoverable_by_mode(scenarios, False) == {"tools": False, "system_prompt": True}
+    inconclusive = [scenario("tools", [PLAIN]), scenario("system_prompt", [PLAIN],
+                                                          tool_mode="system_prompt")]
+    assert recoverable_by_mode(inconclusive, None) == {"tools": False, "system_prompt": False}
+
+
+def cfg(**overrides: Any) -> EndpointConfig:
+    return EndpointConfig.load({"base_url": "https://openrouter.ai/api/v1",
+                                "model": "moonshotai/kimi-k2.5", **overrides})
+
+
+def stripped_profile():
+    results = [scenario("tools", [STRIPPED, STRIPPED]),
+               scenario("system_prompt", [RAW], tool_mode="system_prompt")]
+    return build_profile(cfg(), results, tool_mode="tools", requests=2)
+
+
+def test_profile_verdicts_and_notes():
+    profile = stripped_profile()
+    assert profile.tool_calls_recoverable is False
+    assert profile.tool_calls_recoverable_by_mode == {"tools": False, "system_prompt": True}
+    assert any("NOT recoverable" in n and "stripped" in n for n in profile.notes)
+    assert any("no --tokenizer" in n for n in profile.notes)
+
+
+def test_refusal_names_model_host_how_mode_and_probe_file():
+    profile = stripped_profile()
+    with pytest.raises(ProbeRefusal) as info:
+        require_recoverable_tool_calls(profile, "tools", probe_file="probe.json")
+    message = str(info.value)
+    assert message.startswith("the endpoint moonshotai/kimi-k2.5 at openrouter.ai returns tool"
+                              " calls with the markers stripped (2 of 2 answers")
+    assert "when tools are sent as tools: they cannot be rebuilt token-exact; refusing to" \
+           " start. Probe: probe.json" in message
+    require_recoverable_tool_calls(profile, "system_prompt")
+    with pytest.raises(ValueError, match="tool_mode"):
+        require_recoverable_tool_calls(profile, "json")
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile file and the run check
+
+
+def test_profile_round_trips_through_json(tmp_path):
+    profile = stripped_profile()
+    path = save_profile(profile, tmp_path / "sub" / "profile.json")
+    assert load_profile(path) == profile
+    data = json.loads(path.read_text())
+    assert data["kind"] == "specregen.provider_profile" and data["api_key_env"]
+    assert "api_key" not in data
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("not json", "not JSON"), ("[]", "not a provider profile"),
+     ('{"kind": "specregen.provider_profile", "version": 99}', "version 99")],
+)
+def test_a_bad_profile_file_is_a_clear_error(tmp_path, text, message):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=message):
+        load_profile(path)
+    with pytest.raises(ProfileError, match="cannot read"):
+        load_profile(tmp_path / "missing.json")
+
+
+def write_prompts(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_run_check_refuses_only_prompts_that_rely_on_lost_calls(tmp_path):
+    profile_path = save_profile(stripped_profile(), tmp_path / "profile.json")
+    plain = write_prompts(tmp_path / "plain.jsonl", [{"sample_id": "a", "messages": USER}])
+    check_run_against_profile(profile_path, plain, cfg())
+    sys_prompt = write_prompts(tmp_path / "sys.jsonl", [
+        {"sample_id": "a", "messages": USER, "tools": [TOOL], "tool_mode": "system_prompt"}])
+    check_run_against_profile(profile_path, sys_prompt, cfg())
+    tools = write_prompts(tmp_path / "tools.jsonl", [
+        {"sample_id": "a", "messages": USER},
+        {"sample_id": "b", "messages": USER, "tools": [TOOL]}])
+    with pytest.raises(ProbeRefusal, match=r"refusing to start\. Probe: .*profile\.json"):
+        check_run_against_profile(profile_path, tools, cfg())
+
+
+def test_run_check_refuses_a_profile_of_another_endpoint(tmp_path):
+    profile_path = save_profile(stripped_profile(), tmp_path / "profile.json")
+    plain = write_prompts(tmp_path / "plain.jsonl", [{"sample_id": "a", "messages": USER}])
+    with pytest.raises(ProbeRefusal, match=r"was made for moonshotai/kimi-k2\.5"):
+        check_run_against_profile(profile_path, plain, cfg(model="moonshotai/kimi-k2.6"))
+    with pytest.raises(ProbeRefusal, match="routing"):
+        check_run_against_profile(profile_path, plain, cfg(provider={"only": ["moonshotai"]}))
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(ProbeRefusal, match="not a provider profile"):
+        check_run_against_profile(tmp_path / "junk.json", plain, cfg())
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios and requests
+
+
+def test_scenarios_ask_each_way_a_run_can():
+    scenarios = {s.name: s for s in build_scenarios(2)}
+    assert list(scenarios) == ["tools", "system_prompt", "thinking_on", "thinking_off"]
+    base = cfg(reasoning={"effort": "high"})
+    tools_body = build_request(scenarios["tools"].prompts[0], scenario_config(base,
+                                                                              scenarios["tools"]))
+    assert tools_body["tools"][0]["function"]["name"] == "get_weather"
+    assert "Use the tool." in tools_body["messages"][-1]["content"]
+    assert tools_body["stream"] is True and tools_body["reasoning"] == {"effort": "high"}
+    sys_body = build_request(scenarios["system_prompt"].prompts[0], base)
+    assert "tools" not in sys_body
+    system = sys_body["messages"][0]["content"]
+    assert system.startswith(FUNCTIONS_LEAD_IN + "\n{\n    \"name\": \"get_weather\"")
+    # Different questions per request: identical ones could be answered from a cache.
+    assert len({p.messages[-1]["content"] for p in scenarios["tools"].prompts}) == 2
+
+
+@pytest.mark.parametrize(
+    ("dialect", "field", "off"),
+    [("openrouter", "reasoning", {"enabled": False}),
+     ("vllm", "chat_template_kwargs", {"thinking": False}),
+     ("sglang", "chat_template_kwargs", {"thinking": False}),
+     ("moonshot", "thinking", {"type": "disabled"})],
+)
+def test_thinking_scenarios_use_the_dialects_switch(dialect, field, off):
+    base = cfg(dialect=dialect) if dialect != "openrouter" else cfg(reasoning={"effort": "high"})
+    off_scenario = next(s for s in build_scenarios(1) if s.name == "thinking_off")
+    request = build_request(off_scenario.prompts[0], scenario_config(base, off_scenario))
+    assert request[field] == off
+
+
+def test_glaive_prompt_is_the_first_with_a_tool_call_answer(tmp_path):
+    prompt = glaive_probe_prompt(str(BUNDLED_SAMPLES["B1_glaive"][1]))
+    assert prompt.tool_mode == "system_prompt" and prompt.tools
+    assert prompt.meta["reference_first_turn"]["kind"] == "tool_call"
+    assert prompt.messages[0]["content"].startswith(FUNCTIONS_LEAD_IN)
+    with pytest.raises(ProbeSetupError, match="cannot read"):
+        glaive_probe_prompt(str(tmp_path / "missing.json"))
+    none = tmp_path / "none.jsonl"
+    none.write_text(json.dumps({"system": "SYSTEM: You are a helpful assistant, with no access"
+                                " to external functions.\n\n", "chat": "USER: hi\n\n\nASSISTANT:"
+                                " hello <|endoftext|>\n\n\n"}) + "\n")
+    with pytest.raises(ProbeSetupError, match="no usable prompt"):
+        glaive_probe_prompt(str(none))
+
+
+def test_build_scenarios_bounds_the_request_count():
+    with pytest.raises(ProbeSetupError):
+        build_scenarios(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors while probing
+
+
+SECRET = "sk-or-v1-" + "0123456789ab" * 4
+
+
+def run_with(status: int, payload: dict[str, Any], key: Any = None) -> list[ScenarioResult]:
+    import asyncio
+
+    from specregen.client.secrets import ApiKey
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json=payload)
+
+    endpoint = cfg(retry={"max_attempts": 2, "base_delay": 0.001, "max_delay": 0.001},
+                   api_key_env="PROBE_TEST_KEY")
+    return asyncio.run(run_scenarios(endpoint, ApiKey(key) if key else None, build_scenarios(2),
+                                     transport=httpx.MockTransport(handler)))
+
+
+def test_an_http_error_is_recorded_in_its_scenario_not_fatal():
+    results = run_with(400, {"error": {"code": 400, "message": "tools not supported"}})
+    assert all(s.calls_where is None and s.recoverable is None for s in results)
+    assert all(o.http_status == 400 and "tools not supported" in (o.error or "")
+               for s in results for o in s.observations)
+    profile = build_profile(cfg(), results, tool_mode="tools", requests=2)
+    assert profile.tool_calls_recoverable is False
+    assert any("requests failed" in n for n in profile.notes)
+
+
+@pytest.mark.parametrize(("status", "words"), [(401, "rejected the key in $PROBE_TEST_KEY"),
+                                               (402, "cannot pay")])
+def test_401_and_402_stop_the_probe_naming_the_variable(status, words):
+    with pytest.raises(ProbeFatalError) as info:
+        run_with(status, {"error": {"code": status, "message": f"no ({SECRET})"}}, key=SECRET)
+    assert words in str(info.value) and info.value.key_error
+    assert SECRET not in str(info.value)
