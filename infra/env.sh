@@ -9,3 +9,4 @@ export PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
 export DO_NOT_TRACK=1
 venv="${SPECREGEN_VENV:-$root/.venv}"
 export PATH="$venv/bin:$PATH"
+export SPECREGEN_ROOT="$root"

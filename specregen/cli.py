@@ -123,11 +123,88 @@ def print_reconstruct_summary(summary, out: Path) -> None:
     Console().print(table)
 
 
-app.command(name="infer")(__import__("specregen.client.command", fromlist=["infer"]).infer)
-app.command(name="gate")(__import__("specregen.gate_command", fromlist=["gate"]).gate)
-app.command(name="probe")(__import__("specregen.probe", fromlist=["probe_command"]).probe_command)
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Where the demo writes its data and server")] = Path(
+        "out/demo"
+    ),
+    keep_server: Annotated[
+        bool, typer.Option(help="Leave the Prefect server running for the UI")
+    ] = False,
+    port: Annotated[int, typer.Option(help="Port of the local Prefect server")] = 4200,
+) -> None:
+    """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
+    from flows.demo import DemoError, run_demo
 
-app.command("emulator")(__import__("specregen.emulator.command", fromlist=["emulator"]).emulator)
+    try:
+        results = run_demo(out, keep_server=keep_server, port=port, log=console.print)
+    except DemoError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from None
+    print_pipeline_results(results)
+    if not results or any(r.get("outcome") not in ("published", "skipped") for r in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option(help="Pipeline YAML config")],
+    dataset: Annotated[
+        list[str] | None, typer.Option(help="Only these datasets (repeatable)")
+    ] = None,
+) -> None:
+    """Run a pipeline config under Prefect (PREFECT_API_URL, or a temporary local server)."""
+    import asyncio
+
+    from flows.pipeline import DatasetsFailedError, pipeline_flow
+    from specregen.config import ConfigError, load_config
+
+    try:
+        load_config(config)  # a wrong field fails here, before any request
+    except ConfigError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    try:
+        results = asyncio.run(pipeline_flow(str(config.resolve()), datasets=dataset or None))
+    except DatasetsFailedError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    print_pipeline_results(results)
+
+
+def print_pipeline_results(results: list[dict]) -> None:
+    table = Table(title="datasets")
+    for column in ("dataset", "outcome", "accepted", "quarantined", "cost USD"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        gate = r.get("gate", {})
+        table.add_row(
+            str(r.get("dataset")), str(r.get("outcome")), str(gate.get("accepted", "-")),
+            str(gate.get("quarantined", "-")), str(r.get("cost_usd", "-")),
+        )
+    out = Console()
+    out.print(table)
+    for r in results:
+        if r.get("outcome") == "skipped":
+            out.print(f"{r.get('dataset')}: already published; skipped (nothing was requested)")
+        elif r.get("published"):
+            out.print(f"{r['dataset']}: published to {r['published']['path']}")
+            out.print(f"{r['dataset']}: gate report {r.get('gate_report')}")
+
+
+def _register_commands() -> None:
+    from specregen.client.command import infer
+    from specregen.emulator.command import emulator
+    from specregen.gate_command import gate
+    from specregen.probe import probe_command
+
+    app.command(name="infer")(infer)
+    app.command(name="gate")(gate)
+    app.command(name="probe")(probe_command)
+    app.command(name="emulator")(emulator)
+
+
+_register_commands()
 
 if __name__ == "__main__":
     app()

@@ -1,6 +1,6 @@
 """Stage `publish`: the accepted shards of a dataset that passed its gate, with sha256 manifest.
 
-The published folder is read by `pyarrow.dataset` and `datasets.load_dataset("parquet", ...)`;
+The published `data/` folder is read by `pyarrow.dataset` and `datasets.load_dataset("parquet")`;
 `LATEST.json` beside it names the newest publication. An optional SpecForge-style JSONL export
 holds the conversations (with `reasoning_content` and `tool_calls`) and the tools.
 """
@@ -41,8 +41,9 @@ def publish_dataset(run: DatasetRun, gated: StageManifest) -> StageManifest:
         if not shard.path.startswith("accepted/") or shard.rows == 0:
             continue
         data = run.store.read_bytes(run.name, GATE, run.gate_fp, shard.path)
-        name = f"data-{len(shards):05d}.parquet"
-        digest = run.store.write_bytes(data, run.name, STAGE, run.gate_fp, name)
+        # Parquet alone in data/: pyarrow.dataset and datasets.load_dataset read the folder.
+        name = f"data/data-{len(shards):05d}.parquet"
+        digest = run.store.write_bytes(data, run.name, STAGE, run.gate_fp, *name.split("/"))
         shards.append(Shard(path=name, rows=shard.rows, sha256=digest))
         if run.config.export_specforge:
             export.extend(specforge_line(s) for s in read_token_samples(io.BytesIO(data)))

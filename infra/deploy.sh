@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Creates the work pool and, when OPENROUTER_API_KEY is set, the Secret block the configs name
+# (api_key_secret: openrouter-api-key); then deploys every flow of deployments/prefect.yaml.
+# Needs a running server (infra/server.sh) and a pipeline config at $SPECREGEN_CONFIG
+# (default configs/pipeline.yaml).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$root"
+export SPECREGEN_ROOT="$root"
+export SPECREGEN_CONFIG="${SPECREGEN_CONFIG:-configs/pipeline.yaml}"
+prefect work-pool create "${SPECREGEN_WORK_POOL:-specregen-process}" --type process \
+    --overwrite >/dev/null
+if [ -n "${OPENROUTER_API_KEY:-}" ]; then
+    python - <<'PY'
+import os
+from prefect.blocks.system import Secret
+Secret(value=os.environ["OPENROUTER_API_KEY"]).save("openrouter-api-key", overwrite=True)
+print("saved the Secret block openrouter-api-key")
+PY
+fi
+prefect --no-prompt deploy --prefect-file deployments/prefect.yaml --all

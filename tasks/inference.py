@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from prefect import task
+from prefect.tasks import exponential_backoff
+
+from specregen.client.engine import FatalAPIError
+from specregen.pipeline.inference import infer_chunk
+from specregen.pipeline.run import chunk_concurrency, resolve_api_key
+from tasks.common import dataset_run, stage_key
+
+
+class InferenceStoppedError(RuntimeError):
+    """The chunk stopped before every sample had a result (budget); a rerun resumes it."""
+
+
+def _retry_unless_fatal(_task, _task_run, state) -> bool:
+    # A bad key, no credits or a spent budget fails every retry too: stop at once. Crashes and
+    # outages retry.
+    try:
+        state.result()
+    except (FatalAPIError, InferenceStoppedError):
+        return False
+    except Exception:
+        return True
+    return False
+
+
+@task(
+    name="infer-chunk",
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=5),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_retry_unless_fatal,
+    cache_key_fn=stage_key("infer"),
+    persist_result=True,
+    tags=["llm-api"],
+)
+async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerprint: str) -> dict:
+    """Request what this chunk's raw log lacks. Per-request retries happen inside the client."""
+    run = dataset_run(config_path, dataset)
+    secret = None
+    if run.config.api_key_secret:
+        from prefect.blocks.system import Secret
+
+        secret = (await Secret.aload(run.config.api_key_secret)).get()
+    key = resolve_api_key(run.config, secret)
+    result = await infer_chunk(run, chunk, api_key=key, concurrency=chunk_concurrency(run.config))
+    if result.get("stopped_reason"):
+        # Not a result to cache: the chunk is unfinished.
+        raise InferenceStoppedError(
+            f"{dataset} chunk {chunk}: stopped ({result['stopped_reason']}) with "
+            f"{result.get('abandoned', 0)} samples left; run again to resume"
+        )
+    return result

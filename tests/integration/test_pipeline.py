@@ -1,0 +1,84 @@
+"""The Prefect pipeline end to end on the bundled samples, against the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pyarrow.dataset as pads
+import pytest
+import yaml
+
+from flows.pipeline import DatasetsFailedError, pipeline_flow
+from specregen.emulator.config import EmulatorConfig
+from specregen.emulator.server import serve_in_thread
+from specregen.store.fs import Store
+from specregen.store.manifest import read_manifest
+from tests.support import REPO, get_tokenizer
+
+pytestmark = pytest.mark.integration
+
+
+def write_config(tmp_path: Path, base_url: str, storage: str, **dataset_gate) -> Path:
+    config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    config["storage"] = storage
+    config["endpoint"]["base_url"] = base_url
+    config["chunk_size"] = 10
+    for dataset in config["datasets"]:
+        dataset["gate"] = {**dataset.get("gate", {}), **dataset_gate}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def emulator():
+    config = EmulatorConfig(seed=4, literal_marker_rate=0.0)
+    with serve_in_thread(config, get_tokenizer("mini")) as emu:
+        yield emu
+
+
+def test_pipeline_publishes_every_dataset_then_skips_them(prefect_server, emulator, tmp_path):
+    storage = str(tmp_path / "store")
+    config = write_config(tmp_path, emulator.openrouter_url, storage)
+    results = asyncio.run(pipeline_flow(str(config)))
+    assert [r["outcome"] for r in results] == ["published"] * 3, results
+    store = Store(storage)
+    for result in results:
+        published = Path(result["published"]["path"])
+        table = pads.dataset(str(published / "data"), format="parquet").to_table()
+        assert table.num_rows == result["gate"]["accepted"] > 0
+        assert {"input_ids", "loss_mask", "status"} <= set(table.column_names)
+        assert (published / "specforge.jsonl").exists()
+        name = result["dataset"]
+        latest = store.read_json(name, "published", "LATEST.json")
+        manifest = read_manifest(store, name, "published", latest["fingerprint"])
+        for shard in manifest.shards:
+            import hashlib
+
+            data = store.read_bytes(name, "published", latest["fingerprint"],
+                                    *shard.path.split("/"))
+            assert hashlib.sha256(data).hexdigest() == shard.sha256
+    requests_before = emulator.stats()["chat_requests"]
+    again = asyncio.run(pipeline_flow(str(config)))
+    assert [r["outcome"] for r in again] == ["skipped"] * 3
+    assert emulator.stats()["chat_requests"] == requests_before
+
+
+def test_corrupting_provider_fails_its_gate_and_is_not_published(prefect_server, tmp_path):
+    tok = get_tokenizer("mini")
+    with serve_in_thread(EmulatorConfig(profile="stripped", seed=8, tool_call_rate=0.9,
+                                        literal_marker_rate=0.0), tok) as emu:
+        storage = str(tmp_path / "store")
+        config = write_config(tmp_path, emu.openrouter_url, storage)
+        with pytest.raises(DatasetsFailedError, match="B1_glaive"):
+            asyncio.run(pipeline_flow(str(config)))
+    store = Store(storage)
+    assert not store.exists("B1_glaive", "published", "LATEST.json")
+    for name in ("B2_opencodeinstruct", "B3_magicoder"):
+        assert store.exists(name, "published", "LATEST.json"), name
+    gate_dirs = store.list("B1_glaive", "gate")
+    report = json.loads(store.read_bytes("B1_glaive", "gate", gate_dirs[0], "report.json"))
+    assert report["verdict"] == "fail"
+    assert report["by_check"]["reconstruction"] > 0
