@@ -16,13 +16,12 @@ class InferenceStoppedError(RuntimeError):
 def _retry_unless_fatal(_task, _task_run, state) -> bool:
     # A bad key, no credits or a spent budget fails every retry too: stop at once. Crashes and
     # outages retry.
-    try:
-        state.result()
-    except (FatalAPIError, InferenceStoppedError):
-        return False
-    except Exception:
-        return True
-    return False
+    # The engine calls this from its event loop: ask for the synchronous result explicitly,
+    # or `result()` hands back a coroutine and nothing would ever be retried.
+    error = state.result(raise_on_failure=False, _sync=True)
+    return isinstance(error, Exception) and not isinstance(
+        error, (FatalAPIError, InferenceStoppedError)
+    )
 
 
 @task(

@@ -45,12 +45,18 @@ def reconstruct_chunk(run: DatasetRun, chunk: int) -> tuple[Shard, dict[str, int
         p.sample_id: request_fingerprint(build_request(p, run.config.endpoint)) for p in prompts
     }
     log = RawLog(run.rawlog_url(chunk))
-    records = (
-        (f"raw log record {r['sample_id']}", r)
-        for r in log.iter_final_samples()
-        if isinstance(r.get("request"), dict)
-        and wanted.get(r["sample_id"]) == request_fingerprint(r["request"])
+    # Prompt order, not the order answers arrived in: the same inputs give the same bytes.
+    order = {sample_id: i for i, sample_id in enumerate(wanted)}
+    answers = sorted(
+        (
+            r
+            for r in log.iter_final_samples()
+            if isinstance(r.get("request"), dict)
+            and wanted.get(r["sample_id"]) == request_fingerprint(r["request"])
+        ),
+        key=lambda r: order[r["sample_id"]],
     )
+    records = ((f"raw log record {r['sample_id']}", r) for r in answers)
     counts: Counter[str] = Counter()
 
     def counted(samples):

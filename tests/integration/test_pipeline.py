@@ -82,3 +82,23 @@ def test_corrupting_provider_fails_its_gate_and_is_not_published(prefect_server,
     report = json.loads(store.read_bytes("B1_glaive", "gate", gate_dirs[0], "report.json"))
     assert report["verdict"] == "fail"
     assert report["by_check"]["reconstruction"] > 0
+
+
+def test_a_failing_chunk_is_retried_by_prefect(prefect_server, emulator, tmp_path, monkeypatch):
+    """An inference chunk that crashes once is retried by its task and the dataset publishes."""
+    import tasks.inference as inference_tasks
+
+    real = inference_tasks.infer_chunk
+    calls: list[int] = []
+
+    async def crash_once(run, chunk, **kwargs):
+        calls.append(chunk)
+        if chunk == 0 and calls.count(0) == 1:
+            raise ConnectionError("the worker lost its network for a moment")
+        return await real(run, chunk, **kwargs)
+
+    monkeypatch.setattr(inference_tasks, "infer_chunk", crash_once)
+    config = write_config(tmp_path, emulator.openrouter_url, str(tmp_path / "store"))
+    results = asyncio.run(pipeline_flow(str(config), datasets=["B3_magicoder"]))
+    assert results[0]["outcome"] == "published"
+    assert calls.count(0) == 2
