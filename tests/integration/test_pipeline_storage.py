@@ -121,7 +121,8 @@ def test_a_config_with_a_wrong_field_fails_before_any_request(emulator, tmp_path
     before = emulator.stats()["chat_requests"]
     result = CliRunner().invoke(app, ["run", "--config", str(path)])
     assert result.exit_code == 2
-    assert "datasets.0.adapterr" in result.output and "endpoint.sampling.max_tokens" in result.output
+    assert "datasets.0.adapterr" in result.output
+    assert "endpoint.sampling.max_tokens" in result.output
     assert emulator.stats()["chat_requests"] == before
 
 
