@@ -15,6 +15,7 @@ from typing import Any
 
 from specregen.gate.config import GateConfig
 from specregen.gate.declared import Declared, declared_tools
+from specregen.jsonkind import json_kind
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,
@@ -268,18 +269,10 @@ def parse_arguments(text: str) -> tuple[Any, str | None]:
     except ValueError as exc:  # NaN / Infinity
         return None, f"not JSON ({exc})"
     if not isinstance(value, dict):
-        return None, f"a JSON {_json_kind(value)}, not an object"
+        return None, f"a JSON {json_kind(value)}, not an object"
     return value, None
 
 
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    return "string" if isinstance(value, str) else "array"
 
 
 def _first_of(reasons: list[Reason]) -> Reason:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from specregen.jsonkind import json_kind
 from specregen.records import Prompt, SourceReject
 
 DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
@@ -20,19 +21,7 @@ def reject(sample_id: str, row_label: str, problem: str) -> SourceReject:
 
 def type_name(value: Any) -> str:
     """JSON's name for a value's type, since the rows are JSON and readers think in JSON."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return json_kind(value)
 
 
 def require_object(row: Any) -> dict[str, Any]:
