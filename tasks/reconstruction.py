@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
@@ -10,15 +11,20 @@ from specregen.pipeline.reconstruction import finish_reconstruction, reconstruct
 from specregen.store.manifest import Shard
 from tasks.common import dataset_run, stage_key
 
-_POOLS: dict[int, ProcessPoolExecutor] = {}
+_POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
     # Tokenization is CPU work: it runs in worker processes, which keep their tokenizer loaded
-    # from one chunk to the next.
-    if workers not in _POOLS:
-        _POOLS[workers] = ProcessPoolExecutor(workers)
-    return _POOLS[workers]
+    # from one chunk to the next. Workers see the environment of the moment they started, and
+    # storage credentials come from it: when it changes, start fresh workers.
+    key = (workers, hash(frozenset(os.environ.items())))
+    if key not in _POOLS:
+        for old in list(_POOLS):
+            if old[0] == workers:
+                _POOLS.pop(old).shutdown(wait=False, cancel_futures=False)
+        _POOLS[key] = ProcessPoolExecutor(workers)
+    return _POOLS[key]
 
 
 @task(name="reconstruct-chunk", retries=1, cache_key_fn=stage_key("reconstruct"),
