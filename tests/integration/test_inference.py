@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from specregen.cli import app
 from specregen.emulator.config import PROFILES, RECOVERABLE_PROFILES, EmulatorConfig
 from specregen.emulator.server import serve_in_thread
+from specregen.gate import GateConfig, check_sample
 from specregen.models.kimi_k25 import KimiK25
 from specregen.store.rawlog import RawLog
 from specregen.store.token_samples import read_token_samples
@@ -118,9 +119,13 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
     called = [s for s in samples.values() if s.finish_reason == "tool_calls" or s.tool_calls]
     assert called, "the emulator made no tool call: the profile went untested"
     if profile in RECOVERABLE_PROFILES:
+        fmt = KimiK25(tok)
         for s in samples.values():
             assert s.status == "ok", (s.sample_id, s.flags, s.error)
             assert s.reference_match in ("exact", "benign_bpe"), (s.sample_id, s.reference_match)
+            # No false quarantine on a clean run of a recoverable provider.
+            decision = check_sample(s, fmt, GateConfig())
+            assert decision.accepted, (s.sample_id, decision.reason_strings())
     else:
         assert all(s.status == "flagged" for s in called)
         assert all("markers_stripped" in s.flags for s in called)
