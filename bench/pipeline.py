@@ -1,6 +1,6 @@
 """The dataset pipeline under Prefect against the library path, and its memory as data grows.
 
-    python bench/pipeline.py [--samples 20000] [--repeat 2] [--rss-small 10000]
+    python bench/pipeline.py [--samples 20000] [--repeat 3] [--rss-small 10000]
                              [--rss-large 100000] [--skip-rss] [--skip-wall] [--keep DIR]
 
 1. Wall time. One generated JSONL source of `--samples` rows (`messages` adapter: system, a
@@ -16,9 +16,11 @@
      clock (a one-off cost of a long-lived server, not of a pipeline run).
    - A run's wall time is its `pipeline_flow(...)` / `run_dataset(...)` call. The paths
      alternate `--repeat` times and the best run of each path counts: other work on a shared
-     box slows single runs by 10-20 %, never speeds them up.
-   - Prints every run, the stage spans of the best runs (from the Prefect task runs, and from
-     the library's stage functions) and the ratio Prefect/library (target <= 1.15).
+     box slows single runs by 10-30 %, never speeds them up.
+   - Prints every run (with the Prefect server's CPU time and the requests it answered 503,
+     which its client retries after a backoff of about 2 s), the stage spans of the best runs
+     (from the Prefect task runs, and from the library's stage functions) and the ratio
+     Prefect/library (target <= 1.15).
 2. Memory. The library path at `--rss-small` and `--rss-large` samples, each in a fresh child
    process (the emulator in its own process): the child's peak RSS (ru_maxrss, RUSAGE_SELF),
    the largest peak of its reconstruction worker processes (RUSAGE_CHILDREN), and the peak RSS
@@ -41,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -63,6 +66,7 @@ DATASET = "bench_messages"
 CHUNK_SIZE = 1000
 CHUNKS_IN_FLIGHT = 4
 RESULT_TAG = "BENCH-RESULT "
+LOG_RETRYABLE = "PREFECT_API_LOG_RETRYABLE_ERRORS"
 STAGES = ("prompts", "infer", "reconstruct", "gate", "publish")
 
 # Emulator text lengths (tokens; its floor is 8 per segment), max_tokens and the endpoint's
@@ -195,7 +199,7 @@ def run_child(args: list[str], env: dict[str, str], log_path: Path) -> dict[str,
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for name in ("PREFECT_API_URL", "SPECREGEN_BENCH_KEY"):
+    for name in ("PREFECT_API_URL", "SPECREGEN_BENCH_KEY", LOG_RETRYABLE):
         env.pop(name, None)
     env.update(extra or {})
     return env
@@ -217,8 +221,24 @@ def prefect_server(root: Path) -> Iterator[str]:
     from flows.demo import free_port
     from flows.demo import prefect_server as start_server
 
-    with start_server(root / "server-home", free_port(), keep=False, log=lambda _: None) as url:
-        yield url
+    # The server logs the errors it answers with 503 (the client retries those after a
+    # backoff), so each run can say how many it hit and why.
+    os.environ[LOG_RETRYABLE] = "true"
+    try:
+        with start_server(root / "server-home", free_port(), keep=False,
+                          log=lambda _: None) as url:
+            yield url
+    finally:
+        os.environ.pop(LOG_RETRYABLE, None)
+
+
+def server_503s(log: Path, start: int) -> tuple[int, int]:
+    """Requests the server answered with 503 since byte `start` of its log, and how many of
+    them were SQLite's `database is locked`."""
+    text = log.read_bytes()[start:].decode(errors="replace")
+    errors = re.split(r"\n\d\d:\d\d:\d\d\.\d+ \| ", text)
+    retryable = [e for e in errors if "Encountered retryable exception" in e]
+    return len(retryable), sum("database is locked" in e for e in retryable)
 
 
 def server_cpu_seconds() -> float:
@@ -461,22 +481,25 @@ def wall_comparison(root: Path, samples: int, repeat: int) -> None:
     source = write_source(root / "wall-source.jsonl", samples)
     runs: dict[str, list[dict[str, Any]]] = {"library": [], "prefect": []}
     started = time.perf_counter()
+    server_log = root / "prefect" / "server-home" / "server.log"
     with prefect_server(root / "prefect") as api_url:
         print(f"prefect server ready in {time.perf_counter() - started:.1f} s (not timed)",
               flush=True)
         for i in range(1, repeat + 1):
             lib = pipeline_run(root / f"wall-{i}-library", "library", source, samples,
                                WALL_RUN, child_env())
-            cpu = server_cpu_seconds()
+            cpu, log_at = server_cpu_seconds(), server_log.stat().st_size
             pre = pipeline_run(root / f"wall-{i}-prefect", "prefect", source, samples,
                                WALL_RUN, child_env(prefect_env(root / "prefect", api_url)))
-            pre["server_cpu_s"] = server_cpu_seconds() - cpu
+            server_cpu = server_cpu_seconds() - cpu
+            errors, locked = server_503s(server_log, log_at)
             runs["library"].append(lib)
             runs["prefect"].append(pre)
             print(f"run {i}: library {lib['wall_s']:.1f} s (client CPU {lib['cpu_s']:.1f} s), "
                   f"prefect {pre['wall_s']:.1f} s (client CPU {pre['cpu_s']:.1f} s, server CPU "
-                  f"{pre['server_cpu_s']:.1f} s; log/event drain {pre['drain_s']:.1f} s after "
-                  "the run, not timed)", flush=True)
+                  f"{server_cpu:.1f} s, server answered 503 {errors} times, {locked} of them "
+                  f"SQLite 'database is locked'; log/event drain after the run "
+                  f"{pre['drain_s']:.1f} s, not timed)", flush=True)
     published = {r["published"] for rs in runs.values() for r in rs}
     if len(published) != 1:
         raise BenchError(f"the runs published different sample counts: {sorted(published)}")
@@ -552,7 +575,7 @@ def label(n: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--repeat", type=int, default=2,
+    parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each path, alternating; the best of each counts")
     parser.add_argument("--rss-small", type=int, default=10_000)
     parser.add_argument("--rss-large", type=int, default=100_000)

@@ -32,7 +32,9 @@ def _retry_unless_fatal(_task, _task_run, state) -> bool:
     retry_condition_fn=_retry_unless_fatal,
     cache_key_fn=stage_key("infer"),
     persist_result=True,
-    tags=["llm-api"],
+    # No concurrency tag by default: with no limit behind it, every task run still asks the
+    # server for a slot, which on SQLite collided with state writes (503, 2 s client backoff,
+    # the whole window idle). Add one with `.with_options(tags=[...])` when a limit exists.
 )
 async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerprint: str) -> dict:
     """Request what this chunk's raw log lacks. Per-request retries happen inside the client."""

@@ -24,7 +24,8 @@ def gate_dataset(run: DatasetRun, reconstructed: StageManifest) -> StageManifest
     done = read_manifest(run.store, run.name, STAGE, run.gate_fp)
     if done is not None:
         return done
-    reference = _reference_answers(run, len(reconstructed.shards))
+    # The dataset's own answers, one chunk at a time (shard k is chunk k): memory stays flat.
+    reference: dict[str, dict[str, Any] | None] = {}
     shards: list[Shard] = []
     accepted: list[TokenSample] = []
     quarantined: list[tuple[TokenSample, list[str]]] = []
@@ -42,11 +43,15 @@ def gate_dataset(run: DatasetRun, reconstructed: StageManifest) -> StageManifest
         quarantined.clear()
 
     def samples() -> Iterator[TokenSample]:
-        seen: set[str] = set()
-        for shard in reconstructed.shards:
+        for chunk, shard in enumerate(reconstructed.shards):
+            reference.clear()
+            reference.update(_reference_answers(run, chunk))
+            # Ids are unique across chunks (the source reader drops duplicates); within a
+            # shard, a sample answered in two runs counts once.
+            seen: set[str] = set()
             data = run.store.read_bytes(run.name, RECONSTRUCT, run.reconstruct_fp, shard.path)
             for sample in read_token_samples(io.BytesIO(data)):
-                if sample.sample_id not in seen:  # a sample answered in two runs counts once
+                if sample.sample_id not in seen:
                     seen.add(sample.sample_id)
                     yield sample
             flush(shard.path)
@@ -82,14 +87,13 @@ def read_report(run: DatasetRun) -> tuple[dict[str, Any], str]:
     return json.loads(data), markdown
 
 
-def _reference_answers(run: DatasetRun, chunks: int) -> dict[str, dict[str, Any] | None]:
+def _reference_answers(run: DatasetRun, chunk: int) -> dict[str, dict[str, Any] | None]:
     # Only what trigger agreement needs: text answers shrink to their kind.
     reference: dict[str, dict[str, Any] | None] = {}
-    for k in range(chunks):
-        for prompt in read_chunk(run, k):
-            ref = prompt.meta.get("reference_first_turn")
-            if isinstance(ref, dict):
-                reference[prompt.sample_id] = {"kind": "text"} if ref.get("kind") == "text" else ref
+    for prompt in read_chunk(run, chunk):
+        ref = prompt.meta.get("reference_first_turn")
+        if isinstance(ref, dict):
+            reference[prompt.sample_id] = {"kind": "text"} if ref.get("kind") == "text" else ref
     return reference
 
 
