@@ -207,13 +207,10 @@ class _Shard:
     """A parquet file written in row groups, with a `reasons` column for quarantined rows."""
 
     def __init__(self, path: Path, *, with_reasons: bool) -> None:
-        import pyarrow as pa
-
-        from specregen.store.token_samples import SCHEMA
+        from specregen.store.token_samples import QUARANTINE_SCHEMA, SCHEMA
 
         self.path = path
-        self.schema = (SCHEMA.append(pa.field("reasons", pa.list_(pa.string())))
-                       if with_reasons else SCHEMA)
+        self.schema = QUARANTINE_SCHEMA if with_reasons else SCHEMA
         self.rows: list[dict[str, Any]] = []
         self.writer: Any = None
         self.closed = False
