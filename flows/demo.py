@@ -2,83 +2,44 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import yaml
+
+# bench/pipeline.py takes free_port and drain_prefect_workers from here.
+from flows.command import drain_prefect_workers, run_flows  # noqa: F401
+from flows.server import (  # noqa: F401
+    ServerStartError,
+    free_port,
+    healthy,
+    local_server,
+    telemetry_off,
+    using_api,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 SERVER_PORT = 4200
 
 
-class DemoError(RuntimeError):
+class DemoError(ServerStartError):
     pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(api_url: str) -> bool:
-    try:
-        return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 @contextlib.contextmanager
 def prefect_server(home: Path, port: int, keep: bool, log) -> Iterator[str]:
-    """A Prefect server on loopback with its SQLite database under `home`; reused if running."""
+    """A Prefect server on loopback with its SQLite database under `home`; reused if running.
+    Telemetry off; it dies with this process unless `keep`."""
     api_url = f"http://127.0.0.1:{port}/api"
     if healthy(api_url):
         log(f"using the Prefect server already running at {api_url}")
         yield api_url
         return
-    home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false", "DO_NOT_TRACK": "1"}
-    env.pop("PREFECT_API_URL", None)
-    server_log = (home / "server.log").open("ab")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-         "--port", str(port)],
-        env=env, stdout=server_log, stderr=subprocess.STDOUT,
-        start_new_session=keep,  # a kept server outlives this command
-    )
-    log(f"starting a Prefect server at {api_url} (home {home}) ...")
-    deadline = time.monotonic() + 120
-    while not healthy(api_url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise DemoError(f"the Prefect server did not start; see {home / 'server.log'}")
-        time.sleep(0.5)
-    try:
-        yield api_url
-    finally:
-        if not keep:
-            process.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=15)
-
-
-def drain_prefect_workers() -> None:
-    """Send the logs and events still queued before the server they go to stops."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=10)
-    EventsWorker.drain_all(timeout=10)
+    with local_server(port=port, home=home, ui=True, keep=keep,
+                      log_file=home / "server.log", log=log) as url:
+        yield url
 
 
 def write_demo_config(out: Path, base_url: str) -> Path:
@@ -90,31 +51,53 @@ def write_demo_config(out: Path, base_url: str) -> Path:
     return path
 
 
-def run_demo(out: Path, *, keep_server: bool = False, port: int = SERVER_PORT, log=print) -> list:
-    """Run the pipeline over the bundled samples; returns the datasets' results."""
-    from specregen.emulator.config import EmulatorConfig
+@contextlib.contextmanager
+def demo_emulator(out: Path, config, tokenizer) -> Iterator:
+    """The emulator on the port the last demo used, when it is free: the endpoint's probe
+    profile is keyed by its URL, so a new port would mean a new probe (paid requests) and no
+    skip on the second run."""
     from specregen.emulator.server import serve_in_thread
+
+    remembered = out / ".emulator-port"
+    try:
+        port = int(remembered.read_text())
+    except (OSError, ValueError):
+        port = 0
+    try:
+        emulator = serve_in_thread(config, tokenizer, port=port)
+    except OSError:  # taken by something else now
+        emulator = serve_in_thread(config, tokenizer)
+    with emulator:
+        remembered.write_text(str(emulator.port))
+        yield emulator
+
+
+def run_demo(out: Path, *, keep_server: bool = False, port: int = SERVER_PORT, log=print) -> list:
+    """Run the pipeline over the bundled samples; returns the datasets' results, or raises
+    DatasetsFailedError (with the results) when some failed."""
+    from specregen.emulator.config import EmulatorConfig
     from specregen.models.tokenizer import load_tokenizer
 
+    telemetry_off()
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     with (
         prefect_server(out / ".prefect", port, keep_server, log) as api_url,
-        serve_in_thread(EmulatorConfig(seed=0), load_tokenizer("mini")) as emulator,
+        demo_emulator(out, EmulatorConfig(seed=0), load_tokenizer("mini")) as emulator,
     ):
         log(f"emulator (openrouter profile, mini tokenizer) at {emulator.openrouter_url}")
         config_path = write_demo_config(out, emulator.openrouter_url)
-        os.environ["PREFECT_API_URL"] = api_url
-        from flows.pipeline import DatasetsFailedError, pipeline_flow
+        from flows.pipeline import DatasetsFailedError
 
+        failure: DatasetsFailedError | None = None
         try:
-            results = asyncio.run(pipeline_flow(str(config_path)))
+            with using_api(api_url):
+                results = run_flows(config_path, None, log=log)
         except DatasetsFailedError as exc:
-            log(f"some datasets failed: {exc}")
-            results = []
-        finally:
-            drain_prefect_workers()
+            failure, results = exc, exc.results
         ui = api_url.removesuffix("/api")
         log(f"Prefect UI: {ui}" + ("" if keep_server else " (stopped; --keep-server keeps it)"))
         log(f"config: {config_path}")
+    if failure is not None:
+        raise failure  # after the lines above: the caller prints the results, then the causes
     return results

@@ -19,6 +19,7 @@ async def probe_flow(config_path: str) -> dict:
     lines = ["# Provider probe", "", f"{profile['model']} at {profile['base_url']}", "",
              "| tool mode | tool calls recoverable |", "|---|---|"]
     lines += [f"| {mode} | {'yes' if ok else 'NO'} |" for mode, ok in recoverable.items()]
+    lines += ["", f"{profile['probe_requests']} requests, ${profile['probe_cost_usd']:.6f}"]
     lines += ["", *[f"- {note}" for note in profile.get("notes", [])]]
     await acreate_markdown_artifact("\n".join(lines) + "\n", key="provider-probe",
                                     description="How the endpoint returns tool calls")

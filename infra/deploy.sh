@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates the work pool and, when OPENROUTER_API_KEY is set, the Secret block the configs name
-# (api_key_secret: openrouter-api-key); then deploys every flow of deployments/prefect.yaml.
+# (api_key_secret: openrouter-api-key); the automations that recover lost workers
+# (infra/automations.py); then deploys every flow of deployments/prefect.yaml.
 # Needs a running server (infra/server.sh) and a pipeline config at $SPECREGEN_CONFIG
 # (default configs/pipeline.yaml).
 set -euo pipefail
@@ -18,4 +19,5 @@ Secret(value=os.environ["OPENROUTER_API_KEY"]).save("openrouter-api-key", overwr
 print("saved the Secret block openrouter-api-key")
 PY
 fi
+python "$root/infra/automations.py"
 prefect --no-prompt deploy --prefect-file deployments/prefect.yaml --all

@@ -7,6 +7,13 @@ export PREFECT_API_URL="${PREFECT_API_URL:-http://$PREFECT_SERVER_API_HOST:$PREF
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 export PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT=false
 export DO_NOT_TRACK=1
+# Flow runs started by the worker send a heartbeat; infra/deploy.sh adds the automation that
+# marks a run Crashed when its heartbeats stop (a killed flow process), Prefect's zombie check.
+export PREFECT_FLOWS_HEARTBEAT_FREQUENCY="${PREFECT_FLOWS_HEARTBEAT_FREQUENCY:-60}"
 venv="${SPECREGEN_VENV:-$root/.venv}"
 export PATH="$venv/bin:$PATH"
 export SPECREGEN_ROOT="$root"
+# Concurrency-limit leases (the shared request limits, tasks/limits.py) kept in files under
+# PREFECT_HOME, so a restarted server still knows them and frees a lost worker's slots when
+# they expire (the default keeps them in memory: a restart would leave those slots taken).
+export PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE="${PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE:-prefect.server.concurrency.lease_storage.filesystem}"

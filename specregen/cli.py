@@ -19,8 +19,15 @@ console = Console(stderr=True)
 
 
 @app.callback()
-def _main() -> None:
+def _main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show tracebacks (also: SPECREGEN_DEBUG=1)")
+    ] = False,
+) -> None:
     """Regenerate draft-model training data from Kimi K2.5, token-exact."""
+    from specregen.errors import set_debug
+
+    set_debug(debug)
 
 
 @app.command()
@@ -32,9 +39,13 @@ def reconstruct(
         ),
     ],
     tokenizer: Annotated[
-        str, typer.Option(help="'mini', a tokenizer folder, or a hub id like moonshotai/Kimi-K2.5")
+        str, typer.Option(help="'mini', 'mini-qwen3', a tokenizer folder, or a hub id org/name")
     ],
     out: Annotated[Path, typer.Option(help="Output parquet file")],
+    chat_format: Annotated[
+        str | None, typer.Option("--format", help="Chat format (kimi-k2.5, qwen3); default: "
+                                 "from the first request's model")
+    ] = None,
     thinking: Annotated[
         bool, typer.Option(help="Thinking mode when the request does not say")
     ] = True,
@@ -46,42 +57,106 @@ def reconstruct(
     ] = False,
 ) -> None:
     """Rebuild token ids from requests and responses; one parquet row per input record."""
-    from specregen.models.kimi_k25 import KimiK25
+    from specregen.errors import user_errors
+
+    with user_errors():
+        _reconstruct(input_path, tokenizer, out, thinking, tools_format, hf_chat_template,
+                     chat_format)
+
+
+def _reconstruct(
+    input_path: str, tokenizer: str, out: Path, thinking: bool, tools_format: str,
+    hf_chat_template: bool, chat_format: str | None = None,
+) -> None:
+    from specregen.errors import storage_error
+    from specregen.models.registry import get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
     from specregen.reconstruct import ReconstructSummary, reconstruct_records
-    from specregen.store.token_samples import write_token_samples
+    from specregen.store.fs import make_dirs
+    from specregen.store.token_samples import token_file_meta, write_token_samples
 
     if tools_format not in ("typescript", "json"):
         raise typer.BadParameter("must be 'typescript' or 'json'", param_hint="--tools-format")
-    try:
-        fmt = KimiK25(
-            load_tokenizer(tokenizer),
-            tools_format=tools_format,  # type: ignore[arg-type]
-            use_hf_chat_template=hf_chat_template,
-        )
-    except TokenizerError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
     try:
         records = open_reconstruct_input(input_path)
     except OSError as exc:
         console.print(f"[red]error:[/red] cannot read {input_path}: {exc}")
         raise typer.Exit(2) from None
+    first, records = _peek(records)
+    name = format_name_for(chat_format, first)
+    # Only the options a user changed reach the format: a format without them refuses them.
+    options: dict[str, object] = {}
+    if tools_format != "typescript":
+        options["tools_format"] = tools_format
+    if hf_chat_template:
+        options["use_hf_chat_template"] = True
+    try:
+        fmt = get_format(name, load_tokenizer(tokenizer), **options)
+    except TokenizerError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    except TypeError as exc:
+        raise typer.BadParameter(f"the {name} format does not take this option ({exc})",
+                                 param_hint="--tools-format/--hf-chat-template") from None
     summary = ReconstructSummary()
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    with console.status("reconstructing") as status:
+    try:
+        # Checked before the work: an output under a file or on a read-only disk fails now.
+        make_dirs(out.parent)
+        tmp.touch()
+    except OSError as exc:
+        raise storage_error(exc, str(out)) from None
+    from specregen.progress import count_lines, live_progress
 
-        def tracked():
-            for sample in reconstruct_records(records, fmt, default_thinking=thinking):
-                summary.add(sample)
-                if summary.total % 1000 == 0:
-                    status.update(f"reconstructing: {summary.total} samples")
-                yield sample
+    try:
+        with live_progress("reconstruct", count_lines(input_path), console=console) as progress:
 
-        write_token_samples(tracked(), tmp)
-    tmp.replace(out)
+            def tracked():
+                for sample in reconstruct_records(records, fmt, default_thinking=thinking):
+                    summary.add(sample)
+                    failed = sample.status == "error"
+                    progress.advance(done=not failed, failed=failed,
+                                     tokens=sample.completion_len)
+                    yield sample
+
+            write_token_samples(tracked(), tmp, token_file_meta(fmt, tokenizer))
+        tmp.replace(out)
+    except BaseException as exc:
+        # Full disk, a kill, a bug: never leave the half-written file behind.
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise storage_error(exc, str(out)) from None
+        raise
     print_reconstruct_summary(summary, out)
+
+
+def _peek(records):
+    """The first record and an iterator that still yields it."""
+    import itertools
+
+    iterator = iter(records)
+    first = next(iterator, None)
+    return first, (iterator if first is None else itertools.chain([first], iterator))
+
+
+def format_name_for(chat_format: str | None, first: tuple[str, object] | None) -> str:
+    """`--format`, else the format of the first request's `model`, else the default."""
+    import json
+
+    from specregen.models.registry import resolve_format_name
+
+    model = None
+    if chat_format is None and first is not None:
+        record = first[1]
+        if isinstance(record, str):
+            try:
+                record = json.loads(record)
+            except json.JSONDecodeError:
+                record = None
+        request = record.get("request") if isinstance(record, dict) else None
+        if isinstance(request, dict) and isinstance(request.get("model"), str):
+            model = request["model"]
+    return resolve_format_name(chat_format, model)
 
 
 def open_reconstruct_input(source: str):
@@ -134,16 +209,10 @@ def demo(
     port: Annotated[int, typer.Option(help="Port of the local Prefect server")] = 4200,
 ) -> None:
     """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
-    from flows.demo import DemoError, run_demo
+    from flows.demo import run_demo
 
-    try:
-        results = run_demo(out, keep_server=keep_server, port=port, log=console.print)
-    except DemoError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
-    print_pipeline_results(results)
-    if not results or any(r.get("outcome") not in ("published", "skipped") for r in results):
-        raise typer.Exit(1)
+    _pipeline_command(lambda: run_demo(out, keep_server=keep_server, port=port,
+                                       log=console.print))
 
 
 @app.command()
@@ -152,23 +221,35 @@ def run(
     dataset: Annotated[
         list[str] | None, typer.Option(help="Only these datasets (repeatable)")
     ] = None,
+    wait: Annotated[
+        float, typer.Option(help="Seconds to wait for another run of the same dataset and"
+                            " storage to finish (default: stop at once, naming it)")
+    ] = 0.0,
 ) -> None:
-    """Run a pipeline config under Prefect (PREFECT_API_URL, or a temporary local server)."""
-    import asyncio
+    """Run a pipeline config under Prefect (PREFECT_API_URL, or a temporary local server).
 
-    from flows.pipeline import DatasetsFailedError, pipeline_flow
-    from specregen.config import ConfigError, load_config
+    Exit codes: 0 done; 2 bad config; 3 API key; 4 budget; 5 storage; 6 some datasets failed
+    (their gate, or causes of different kinds); 7 another run holds a dataset. When every failed
+    dataset failed for one kind of cause, that cause's code; the last line names each cause.
+    """
+    from flows.command import run_pipeline
+    from specregen.progress import watching_stages
 
-    try:
-        load_config(config)  # a wrong field fails here, before any request
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    try:
-        results = asyncio.run(pipeline_flow(str(config.resolve()), datasets=dataset or None))
-    except DatasetsFailedError as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(1) from None
+    with watching_stages(console):  # live progress of the stages that report it
+        _pipeline_command(lambda: run_pipeline(config, dataset or None, wait=wait,
+                                               log=console.print))
+
+
+def _pipeline_command(body) -> None:
+    from flows.pipeline import DatasetsFailedError
+    from specregen.errors import fail, user_errors
+
+    with user_errors():
+        try:
+            results = body()
+        except DatasetsFailedError as exc:
+            print_pipeline_results(exc.results)
+            fail(exc)  # the last line: each failed dataset and its cause
     print_pipeline_results(results)
 
 
@@ -194,14 +275,21 @@ def print_pipeline_results(results: list[dict]) -> None:
 
 def _register_commands() -> None:
     from specregen.client.command import infer
+    from specregen.client.estimate import estimate
     from specregen.emulator.command import emulator
     from specregen.gate_command import gate
+    from specregen.inspect.command import inspect
     from specregen.probe import probe_command
+    from specregen.report.command import report
 
     app.command(name="infer")(infer)
+    app.command(name="estimate")(estimate)
     app.command(name="gate")(gate)
+    app.command(name="inspect")(inspect)
+    app.command(name="report")(report)
     app.command(name="probe")(probe_command)
     app.command(name="emulator")(emulator)
+    app.command(name="export")(__import__("specregen.export.command", fromlist=["x"]).export)
 
 
 _register_commands()

@@ -15,21 +15,26 @@ pasted into the wrong place.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specregen.client.config import ConfigError as _EndpointConfigError
 from specregen.client.config import EndpointConfig
+from specregen.client.limits import LimitConfig
 from specregen.gate.config import GateConfig
 from specregen.sources import ADAPTERS, BUNDLED_SAMPLES
+
+if TYPE_CHECKING:
+    from specregen.reconstruct import ReconstructConfig
 
 _STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
 BUNDLED_PREFIX = "bundled:"
 
 
-class ConfigError(ValueError):
-    """A configuration that does not validate; the message lists each field and its problem."""
+# One ConfigError for every config (the endpoint's and the pipeline's): the client's.
+ConfigError = _EndpointConfigError
 
 
 class DatasetConfig(BaseModel):
@@ -79,6 +84,10 @@ class DatasetConfig(BaseModel):
     def gate_config(self) -> GateConfig:
         return GateConfig().override(self.gate)
 
+    def reconstruct_config(self) -> ReconstructConfig:
+        # The usage tolerances live in the gate settings alone; reconstruction takes them there.
+        return self.gate_config().reconstruct_config()
+
     def resolved_source(self, base: Path | None = None) -> str:
         """The source as a path or URL; relative paths are relative to the config file."""
         if self.source.startswith(BUNDLED_PREFIX):
@@ -93,6 +102,9 @@ class PipelineConfig(BaseModel):
 
     storage: str
     tokenizer: str = "mini"
+    # The model's chat format (specregen/models/registry.py: kimi-k2.5, qwen3); unset, the
+    # endpoint's model id names it, and a model no format claims gets the default (kimi-k2.5).
+    format: str | None = None
     endpoint: EndpointConfig
     # A Prefect Secret block holding the API key; when unset, the key comes from the
     # environment variable named by endpoint.api_key_env.
@@ -103,8 +115,64 @@ class PipelineConfig(BaseModel):
     chunks_in_flight: int = Field(default=4, ge=1)
     # Processes for reconstruction (CPU work).
     reconstruct_workers: int = Field(default=2, ge=1)
+    # Workers (machines) one dataset's reconstruction is spread over when it runs as a
+    # deployment run: chunk groups become deployment runs of reconstruct-chunks/spread
+    # (flows/chunks.py). 1: all on the dataset's own worker.
+    reconstruct_spread: int = Field(default=1, ge=1, le=1000)
     export_specforge: bool = False
+    # train.jsonl: the exact ids and masks as rows speculators and SpecForge read unchanged.
+    export_train: bool = True
+    # messages.jsonl: text conversations a trainer tokenizes again (lossy); export_specforge
+    # is its former name.
+    export_messages: bool = False
+    # The endpoint probe before paid requests (pipeline/probing.py): `auto` probes when a
+    # dataset of the config needs tool calls and no profile is stored for this endpoint; `required`
+    # probes for every dataset without one; `off` never probes, refuses or uses a profile.
+    probe: Literal["auto", "required", "off"] = "auto"
+    # The provider's limits for this key, shared by every worker and dataset through the
+    # Prefect server (tasks/limits.py): requests_per_minute, in_flight, batch.
+    shared_limit: LimitConfig | None = None
     datasets: list[DatasetConfig] = Field(min_length=1)
+
+    @field_validator("api_key_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        from specregen.client.secrets import looks_like_secret
+
+        # A key pasted here would be logged as a block name: refuse it, never echo it.
+        if value is not None and looks_like_secret(value):
+            raise ValueError(
+                "must be the NAME of a Prefect Secret block, not a key: the value looks like a"
+                " credential (not shown); store the key in a Secret block and give its name"
+            )
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        from specregen.models.registry import canonical_name
+
+        return None if value is None else canonical_name(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format_to_endpoint(cls, raw: Any) -> Any:
+        # The request bodies need the format too (its thinking switch): the endpoint carries it.
+        if not isinstance(raw, dict) or raw.get("format") is None:
+            return raw
+        endpoint = raw.get("endpoint")
+        if isinstance(endpoint, dict):
+            given = endpoint.get("format")
+            if given is not None and given != raw["format"]:
+                raise ValueError(f"format {raw['format']!r} and endpoint.format {given!r} "
+                                 "disagree; set one")
+            raw = {**raw, "endpoint": {**endpoint, "format": raw["format"]}}
+        return raw
+
+    @property
+    def format_name(self) -> str:
+        """The chat format this config's answers are reconstructed with."""
+        return self.endpoint.format_name
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:

@@ -17,7 +17,8 @@ from rich.markup import escape
 
 console = Console(stderr=True)
 
-OUTPUT_FILES = ("accepted.parquet", "quarantined.parquet", "report.json", "report.md")
+OUTPUT_FILES = ("accepted.parquet", "quarantined.parquet", "report.json", "report.md",
+                "report.html")
 
 
 class GateInputError(Exception):
@@ -34,8 +35,10 @@ def gate(
         typer.Option(min=0.0, max=1.0, help="Fail above this quarantined share [default: 0.02]"),
     ] = None,
     tokenizer: Annotated[
-        str, typer.Option(help="Tokenizer the ids were built with: 'mini', a folder or a hub id")
-    ] = "mini",
+        str | None,
+        typer.Option(help="Tokenizer the ids were built with: 'mini', a folder or a hub id "
+                          "[default: the one the file records; 'mini' for older files]"),
+    ] = None,
     dataset: Annotated[
         str | None, typer.Option(help="Dataset name for the report [default: TOKENS' stem]")
     ] = None,
@@ -51,6 +54,17 @@ def gate(
     allow_stop_with_calls: Annotated[
         bool, typer.Option(help="Tolerate finish_reason 'stop' on samples with tool calls")
     ] = False,
+    min_evidence: Annotated[
+        str | None,
+        typer.Option(help="Weakest evidence accepted: reference, usage_exact, usage_tolerated "
+                          "or none [default: usage_tolerated]"),
+    ] = None,
+    chat_format: Annotated[
+        str | None,
+        typer.Option("--format", help="Chat format the ids were built with (kimi-k2.5, qwen3) "
+                                      "[default: the one the file records; kimi-k2.5 for older "
+                                      "files]"),
+    ] = None,
 ) -> None:
     """Check every sample's tool calls; write accepted/quarantined shards and the report.
 
@@ -62,9 +76,16 @@ def gate(
                                  "allow_stop_with_calls": allow_stop_with_calls}
     if max_quarantine_share is not None:
         overrides["max_quarantine_share"] = max_quarantine_share
-    config = GateConfig().override(overrides)
+    if min_evidence is not None:
+        overrides["min_evidence"] = min_evidence
     try:
-        passed = _run(tokens, out, config, tokenizer, dataset or tokens.stem, prompts)
+        config = GateConfig().override(overrides)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
+        passed = _run(tokens, out, config, tokenizer, dataset or tokens.stem, prompts,
+                      chat_format)
     except GateInputError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -72,51 +93,84 @@ def gate(
 
 
 def _run(
-    tokens: Path, out: Path, config: Any, tokenizer: str, dataset: str, prompts: Path | None
+    tokens: Path, out: Path, config: Any, tokenizer: str | None, dataset: str,
+    prompts: Path | None, chat_format: str | None = None,
 ) -> bool:
     import pyarrow as pa
 
     from specregen.gate import run_gate
-    from specregen.models.kimi_k25 import KimiK25
+    from specregen.models.registry import DEFAULT_FORMAT, UnknownFormatError, get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
-    from specregen.store.token_samples import read_token_samples
+    from specregen.store.token_samples import (
+        TokenFileError,
+        check_tokenizer_matches,
+        read_token_meta,
+        read_token_samples,
+    )
 
     _check_tokens_file(tokens)
     reference = load_reference(prompts) if prompts is not None else None
     try:
-        fmt = KimiK25(load_tokenizer(tokenizer))
-    except TokenizerError as exc:
+        meta = read_token_meta(tokens)
+    except (TokenFileError, pa.ArrowException, OSError) as exc:
         raise GateInputError(str(exc)) from None
-    _check_same_tokenizer(tokens, fmt)
+    # The file names the tokenizer its ids were built with; older files do not (then `mini`).
+    spec = tokenizer or (meta.tokenizer if meta is not None else "mini")
+    # Likewise the format (the gate renders no prompt: the format's options do not matter).
+    recorded = meta.format.get("name") if meta is not None and isinstance(meta.format, dict) \
+        else None
+    try:
+        fmt = get_format(chat_format or recorded or DEFAULT_FORMAT, load_tokenizer(spec))
+    except UnknownFormatError as exc:
+        raise GateInputError(str(exc)) from None
+    except TokenizerError as exc:
+        hint = "" if tokenizer or meta is None else (
+            f" (the tokenizer {tokens} records; pass --tokenizer to load it from elsewhere)")
+        raise GateInputError(f"{exc}{hint}") from None
+    if meta is not None:
+        try:
+            check_tokenizer_matches(meta, fmt.tok, tokens)
+        except TokenFileError as exc:
+            raise GateInputError(str(exc)) from None
+    else:
+        _check_same_tokenizer(tokens, fmt)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise GateInputError(f"cannot create the output folder {out}: {exc.strerror}") from None
 
     temps = {name: out / f".{name}.tmp" for name in OUTPUT_FILES}
-    accepted = _Shard(temps["accepted.parquet"], with_reasons=False)
-    quarantined = _Shard(temps["quarantined.parquet"], with_reasons=True)
+    accepted = _Shard(temps["accepted.parquet"], with_reasons=False, meta=meta)
+    quarantined = _Shard(temps["quarantined.parquet"], with_reasons=True, meta=meta)
     try:
-        with console.status("gating") as status:
+        from specregen.progress import live_progress, parquet_rows
+
+        with live_progress("gate", parquet_rows(tokens), console=console,
+                           names=("accepted", "quarantined")) as progress:
 
             def samples():
                 try:
-                    for i, sample in enumerate(read_token_samples(tokens), start=1):
-                        if i % 1000 == 0:
-                            status.update(f"gating: {i:,} samples")
-                        yield sample
+                    yield from read_token_samples(tokens)
                 except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
                     raise GateInputError(f"cannot read {tokens}: {exc}") from None
 
+            def on_accept(sample, _decision):
+                accepted.add(sample, None)
+                progress.advance(done=1, tokens=sample.completion_len)
+
+            def on_quarantine(sample, decision):
+                quarantined.add(sample, decision.reason_strings())
+                progress.advance(failed=1, tokens=sample.completion_len)
+
             report = run_gate(
                 samples(), fmt, config, dataset=dataset, reference=reference,
-                on_accept=lambda s, d: accepted.add(s, None),
-                on_quarantine=lambda s, d: quarantined.add(s, d.reason_strings()),
+                on_accept=on_accept, on_quarantine=on_quarantine,
             )
             accepted.close()
             quarantined.close()
             temps["report.json"].write_text(report.to_json() + "\n", encoding="utf-8")
             temps["report.md"].write_text(report.to_markdown(), encoding="utf-8")
+            temps["report.html"].write_text(_html_report(report, temps, fmt), encoding="utf-8")
     except (GateInputError, OSError) as exc:
         accepted.abort()
         quarantined.abort()
@@ -131,11 +185,23 @@ def _run(
     return report.passed
 
 
+def _html_report(report: Any, temps: dict[str, Path], fmt: Any) -> str:
+    """The HTML report (charts) from the shards just written."""
+    from specregen.report import collect, render_report
+
+    shards = [(kind, temps[f"{kind}.parquet"], f"{kind}.parquet")
+              for kind in ("accepted", "quarantined")]
+    data = collect(report.dataset, report.to_dict(), shards, fmt.tok)
+    data.notes.insert(0, "spend not recorded by `specregen gate`: `specregen report DIR "
+                         "--rawlog RAWLOG` adds it")
+    return render_report(data)
+
+
 def _check_tokens_file(tokens: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specregen.store.token_samples import SCHEMA
+    from specregen.store.token_samples import OPTIONAL_COLUMNS, SCHEMA
 
     if not tokens.is_file():
         raise GateInputError(f"{tokens}: no such file (give the parquet `specregen reconstruct` "
@@ -144,7 +210,8 @@ def _check_tokens_file(tokens: Path) -> None:
         names = pq.read_schema(tokens).names
     except (pa.ArrowException, OSError) as exc:
         raise GateInputError(f"cannot read {tokens} as parquet: {exc}") from None
-    missing = [name for name in SCHEMA.names if name not in names]
+    missing = [name for name in SCHEMA.names if name not in names
+               and name not in OPTIONAL_COLUMNS]
     if missing:
         raise GateInputError(f"{tokens} is not `specregen reconstruct` output: it lacks the "
                              f"column(s) {', '.join(missing)}")
@@ -206,11 +273,14 @@ def _compact(ref: Any) -> dict[str, Any] | None:
 class _Shard:
     """A parquet file written in row groups, with a `reasons` column for quarantined rows."""
 
-    def __init__(self, path: Path, *, with_reasons: bool) -> None:
-        from specregen.store.token_samples import QUARANTINE_SCHEMA, SCHEMA
+    def __init__(self, path: Path, *, with_reasons: bool, meta: Any = None) -> None:
+        from specregen.store.token_samples import META_KEY, QUARANTINE_SCHEMA, SCHEMA
 
         self.path = path
         self.schema = QUARANTINE_SCHEMA if with_reasons else SCHEMA
+        if meta is not None:
+            # The shards keep naming the tokenizer, for whoever reads them next.
+            self.schema = self.schema.with_metadata({META_KEY: meta.to_bytes()})
         self.rows: list[dict[str, Any]] = []
         self.writer: Any = None
         self.closed = False

@@ -106,15 +106,22 @@ def _tool_calls(raw: Any) -> list[ToolCall]:
     return calls
 
 
-def thinking_from_request(request: dict[str, Any]) -> bool | None:
-    """Whether the request turned Kimi's thinking on or off, where it says so; else None.
+def thinking_from_request(request: dict[str, Any], switch: str = "thinking") -> bool | None:
+    """Whether the request turned thinking on or off, where it says so; else None.
 
-    OpenRouter: `reasoning.enabled` / `reasoning.effort: "none"`; vLLM/SGLang:
-    `chat_template_kwargs.thinking`; Moonshot: `thinking.type`.
+    `switch` is the model format's `chat_template_kwargs` key (`ChatFormat.thinking_switch`),
+    read by servers that render the template (vLLM, SGLang); the API dialects' own fields
+    follow (`dialect_thinking`).
     """
     kwargs = request.get("chat_template_kwargs")
-    if isinstance(kwargs, dict) and isinstance(kwargs.get("thinking"), bool):
-        return kwargs["thinking"]
+    if isinstance(kwargs, dict) and isinstance(kwargs.get(switch), bool):
+        return kwargs[switch]
+    return dialect_thinking(request)
+
+
+def dialect_thinking(request: dict[str, Any]) -> bool | None:
+    """Thinking on/off as the API dialects say it: OpenRouter `reasoning.enabled` /
+    `reasoning.effort: "none"`, Moonshot `thinking.type`; None when neither does."""
     thinking = request.get("thinking")
     if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled"):
         return thinking["type"] == "enabled"

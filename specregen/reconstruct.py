@@ -3,6 +3,11 @@
 A sample is `ok` only when nothing says its ids could differ from what the model saw and wrote;
 anything the API cannot tell us (dropped reasoning, deleted markers, rewritten tool ids, counts
 far from `usage`) makes it `flagged`. A response that cannot be read at all is an `error`.
+
+Where a server's parsers may have lost text, every reading the response allows is built (by the
+model's `ChatFormat`, specregen/models/chat_format.py) and the evidence picks one: the server's
+own ids, else `usage` counts, which prove a reading only when no other reading is shorter
+(docs/evidence.md). Each sample says what proves it in `evidence`.
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from specregen.models.kimi_k25 import IM_END, FormatError, KimiK25, count_history_tool_calls
-from specregen.models.kimi_k25 import looks_stripped as _looks_stripped
-from specregen.normalize import (
-    ResponseError,
-    normalize_response,
-    reasoning_excluded,
-    thinking_from_request,
+from specregen.models.chat_format import ChatFormat, FormatError, Reading, pick_prompt
+from specregen.normalize import ResponseError, normalize_response
+from specregen.records import (
+    Completion,
+    Evidence,
+    ProviderTraits,
+    ReferenceMatch,
+    TokenSample,
+    UsageTolerance,
 )
-from specregen.records import Completion, ReferenceMatch, TokenSample
 
 # Flags that mean the ids cannot be trusted. The others are facts worth keeping (a truncated
 # sample is exactly what the model wrote, cut short).
@@ -34,40 +40,64 @@ TRUST_BREAKING_FLAGS = frozenset(
         "markers_stripped",
         "tool_id_rewritten",
         "tool_id_name_mismatch",
+        "tool_id_index_unexpected",
         "tool_calls_in_reasoning",
         "finish_reason_mismatch",
         "content_filter",
         "prompt_count_mismatch",
+        "prompt_uncertain",
         "completion_count_mismatch",
+        "completion_count_inexact",
+        "reading_ambiguous",
         "reference_text_diff",
         "reference_special_diff",
     }
 )
+# Doubts a completion count equal to `usage` settles: their other reading (reasoning that was
+# dropped, a `</think>` before a section left in the reasoning) is longer, and nothing a parser
+# drops or a sampler splits makes the model's count smaller. (Marker text that was a marker is
+# shorter, so a count can never prove it was text.)
+SETTLED_BY_COUNT = frozenset({"tool_calls_in_reasoning", "reasoning_missing"})
+# Completion-side doubts the server's own ids settle when ours match them.
+SETTLED_BY_REFERENCE = SETTLED_BY_COUNT | {
+    "markers_in_text",
+    "markers_stripped",
+    "completion_count_mismatch",
+    "completion_count_inexact",
+    "reading_ambiguous",
+    "tool_id_rewritten",
+    "tool_id_name_mismatch",
+    "tool_id_index_unexpected",
+}
 
 
 @dataclass(frozen=True)
 class ReconstructConfig:
-    """Tolerances between our token counts and the provider's `usage`."""
+    """How far counts may be from `usage`; built from the dataset's gate settings
+    (`GateConfig.reconstruct_config()`), so the gate and reconstruction never disagree."""
 
-    # The prompt is deterministic: any difference means the server rendered another template.
-    prompt_tolerance: int = 0
-    # Sampled ids may split text non-canonically, and engines differ on counting the stop token.
-    completion_tolerance_abs: int = 4
-    completion_tolerance_rel: float = 0.02
+    tolerance: UsageTolerance = field(default_factory=UsageTolerance)
 
 
 def reconstruct(
     sample_id: str,
     request: dict[str, Any],
     response: dict[str, Any],
-    fmt: KimiK25,
+    fmt: ChatFormat,
     *,
     reference_completion_ids: Sequence[int] | None = None,
+    reference_prompt_ids: Sequence[int] | None = None,
     default_thinking: bool = True,
     config: ReconstructConfig | None = None,
+    traits: ProviderTraits | None = None,
 ) -> TokenSample:
-    """Rebuild the token ids of one sample, or say precisely why not."""
+    """Rebuild the token ids of one sample, or say precisely why not.
+
+    `reference_*_ids`: the ids the server says it used (vLLM's `return_token_ids`); the prompt
+    ids are also taken from the response body's `prompt_token_ids` when it carries them.
+    """
     config = config or ReconstructConfig()
+    traits = traits or ProviderTraits()
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not messages:
         return TokenSample.failed(sample_id, "request has no 'messages' list")
@@ -79,49 +109,87 @@ def reconstruct(
     if completion.finish_reason == "error":
         return TokenSample.failed(sample_id, "finish_reason is 'error': the generation failed")
 
-    flags: list[str] = []
-    thinking = _thinking_mode(request, completion, default_thinking, flags)
+    requested = fmt.thinking_requested(request)
+    thinking = default_thinking if requested is None else requested
     truncated = completion.finish_reason == "length"
-    if truncated:
-        flags.append("truncated")
+    history = fmt.history_tool_calls(messages)
+    id_flags: list[str] = []
+    calls = fmt.undo_id_rewrites(completion.tool_calls, history, traits,
+                                 request.get("stream") is True, id_flags)
     try:
-        prompt_ids = fmt.encode_prompt(messages, tools, thinking=thinking)
-        assembled = fmt.assemble(
-            completion.reasoning if thinking else None,
-            completion.content,
-            completion.tool_calls,
-            thinking=thinking,
-            truncated=truncated,
-            first_tool_index=count_history_tool_calls(messages),
-        )
+        readings = fmt.readings(request, completion, calls, thinking, truncated, history, traits)
+        prompts = {t: fmt.prompt_variants(messages, tools, t, traits)
+                   for t in {r.thinking for r in readings}}
     except (FormatError, KeyError, TypeError, AttributeError) as exc:
         return TokenSample.failed(sample_id, f"cannot render the request: {exc}")
-    flags.extend(assembled.flags)
-    _check_finish_reason(completion, bool(assembled.tool_calls), flags)
-    if not assembled.tool_calls and (
-        _looks_stripped(assembled.content)
-        or (completion.finish_reason == "tool_calls" and _looks_stripped(assembled.reasoning))
-    ):
-        flags.append("markers_stripped")
 
-    completion_ids = assembled.ids
-    prompt_delta = _usage_delta(len(prompt_ids), completion.usage.get("prompt_tokens"))
-    completion_delta = _usage_delta(len(completion_ids), completion.usage.get("completion_tokens"))
-    if prompt_delta is not None and abs(prompt_delta) > config.prompt_tolerance:
+    reference = list(reference_completion_ids) if reference_completion_ids is not None else None
+    usage = completion.usage
+    p_tokens = _count(usage.get("prompt_tokens"))
+    c_tokens = _count(usage.get("completion_tokens"))
+    server_prompt = _int_list(reference_prompt_ids)
+    if server_prompt is None and isinstance(response, dict):
+        server_prompt = _int_list(response.get("prompt_token_ids"))
+    if server_prompt is not None:
+        # The server's own prompt ids settle the rendering, and the thinking mode with it.
+        fitting = [r for r in readings if server_prompt in prompts[r.thinking]]
+        readings = fitting or readings
+    for reading in readings:
+        if server_prompt is not None:
+            known = server_prompt in prompts[reading.thinking]
+            reading.prompt_ids = server_prompt
+            reading.prompt_flags = [] if known else ["prompt_from_reference"]
+        else:
+            reading.prompt_ids, reading.prompt_flags = pick_prompt(
+                prompts[reading.thinking], p_tokens)
+    chosen, match, settled_by_count, ambiguous = _choose(
+        readings, reference, p_tokens, c_tokens, fmt, traits, truncated
+    )
+
+    flags = ["truncated"] if truncated else []
+    flags += chosen.flags + id_flags + chosen.prompt_flags
+    streamed = request.get("stream") is True
+    if streamed and completion.tool_calls and completion.content and match is None:
+        # Streamed, the tool parsers send text between the calls and after the section as
+        # content too (docs/upstream-parsers.md): where the content stood is unknown, and no
+        # count tells it (the same tokens in another place).
+        ambiguous = True
+    if ambiguous:
+        flags.append("reading_ambiguous")
+    completion_ids = chosen.ids
+    if match in ("text_diff", "special_diff"):
+        flags.append(f"reference_{match}")
+    elif match == "benign_bpe" and reference is not None:
+        # Same text and specials, split otherwise: the server's ids are what the model wrote.
+        completion_ids = _with_stop(reference, completion_ids, fmt)
+        flags.append("noncanonical_split")
+
+    prompt_ids = chosen.prompt_ids
+    tol = config.tolerance
+    prompt_delta = _delta(len(prompt_ids), p_tokens)
+    completion_delta = _delta(len(completion_ids), c_tokens)
+    if prompt_delta is not None and abs(prompt_delta) > tol.prompt:
         flags.append("prompt_count_mismatch")
-    if completion_delta is not None:
-        reported = completion.usage["completion_tokens"]
-        allowed = max(config.completion_tolerance_abs, config.completion_tolerance_rel * reported)
-        if abs(completion_delta) > allowed:
+    count_exact = c_tokens is not None and _count_matches(len(chosen.ids), c_tokens, traits,
+                                                          truncated)
+    if completion_delta is not None and not count_exact:
+        if abs(completion_delta) > tol.completion_allowed(c_tokens or 0):
             flags.append("completion_count_mismatch")
+        elif _lossy(completion, chosen, streamed):
+            # A parser on this path can drop text (trimmed whitespace, text after the tool
+            # section, deleted placeholder content, the reasoning split): within the tolerance
+            # is not good enough, only an equal count says nothing was lost.
+            flags.append("completion_count_inexact")
 
-    match: ReferenceMatch | None = None
-    if reference_completion_ids is not None:
-        match = classify_reference(completion_ids, list(reference_completion_ids), fmt)
-        if match in ("text_diff", "special_diff"):
-            flags.append(f"reference_{match}")
-
-    status = "flagged" if TRUST_BREAKING_FLAGS.intersection(flags) else "ok"
+    evidence = _evidence(match, prompt_delta, completion_delta, count_exact, tol, c_tokens)
+    settled: frozenset[str] = frozenset()
+    if evidence == "reference":
+        settled = SETTLED_BY_REFERENCE
+    elif settled_by_count:
+        settled = SETTLED_BY_COUNT
+    breaking = TRUST_BREAKING_FLAGS.intersection(flags) - settled
+    status = "flagged" if breaking else "ok"
+    assembled = chosen.assembled
     return TokenSample(
         sample_id=sample_id,
         input_ids=prompt_ids + completion_ids,
@@ -129,11 +197,12 @@ def reconstruct(
         prompt_len=len(prompt_ids),
         completion_len=len(completion_ids),
         status=status,
-        flags=flags,
+        flags=list(dict.fromkeys(flags)),
         usage_prompt_delta=prompt_delta,
         usage_completion_delta=completion_delta,
         reference_match=match,
-        thinking=thinking,
+        evidence=evidence,
+        thinking=chosen.thinking,
         reasoning=assembled.reasoning,
         content=assembled.content,
         tool_calls=assembled.tool_calls,
@@ -145,45 +214,108 @@ def reconstruct(
     )
 
 
-def _thinking_mode(
-    request: dict[str, Any], completion: Completion, default: bool, flags: list[str]
-) -> bool:
-    requested = thinking_from_request(request)
-    thinking = default if requested is None else requested
-    if not thinking:
-        if completion.reasoning:
-            # The server reasoned although asked not to: the prompt it rendered ended in
-            # `<think>`, not `<think></think>`, and the ids must follow what it did.
-            flags.append("thinking_mode_mismatch")
-            return True
-        return False
-    if not completion.reasoning:
-        details = completion.usage.get("completion_tokens_details") or {}
-        reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
-        # An empty reasoning is real only when the provider says no reasoning tokens were spent.
-        said_empty = completion.reasoning == "" and reasoning_tokens == 0
-        if reasoning_excluded(request) or not said_empty:
-            flags.append("reasoning_missing")
-    return True
+# ---------------------------------------------------------------------------------------------
+# Evidence
 
 
-def _check_finish_reason(completion: Completion, has_calls: bool, flags: list[str]) -> None:
-    reason = completion.finish_reason
-    if reason == "tool_calls" and not has_calls:
-        flags.append("finish_reason_mismatch")
-    elif reason == "content_filter":
-        flags.append("content_filter")
+def _choose(
+    readings: list[Reading],
+    reference: list[int] | None,
+    p_tokens: int | None,
+    c_tokens: int | None,
+    fmt: ChatFormat,
+    traits: ProviderTraits,
+    truncated: bool,
+) -> tuple[Reading, ReferenceMatch | None, bool, bool]:
+    """The reading the evidence singles out: (reading, reference match, settled by the count,
+    ambiguous). Without evidence, the first; more than one reading left is an ambiguity."""
+    if reference is not None:
+        matches = [classify_reference(r.ids, reference, fmt) for r in readings]
+        for wanted in ("exact", "benign_bpe"):
+            if wanted in matches:
+                return readings[matches.index(wanted)], wanted, False, False
+        return readings[0], matches[0], False, len(readings) > 1
+    if c_tokens is None:
+        return readings[0], None, False, len(readings) > 1
+    possible = [r for r in readings if p_tokens is None or len(r.prompt_ids) == p_tokens]
+    fitting = [r for r in possible if _count_matches(len(r.ids), c_tokens, traits, truncated)]
+    if not fitting:
+        return readings[0], None, False, len(readings) > 1
+    chosen = fitting[0]
+    # Text a parser dropped unseen and non-canonical splits only ever make the model's count
+    # larger than a reading's: another reading with a smaller count may be the truth plus
+    # those, so an equal count proves the chosen one only when no other reading is that short.
+    # (When the provider's counting of the stop token is unknown, one token more is in reach.)
+    slack = 1 if traits.counts_stop_token is None and not truncated else 0
+    rivals = [r for r in possible if r is not chosen and len(r.ids) - slack <= c_tokens
+              and r.ids != chosen.ids]
+    return chosen, None, not rivals, bool(rivals)
 
 
-def _usage_delta(ours: int, reported: Any) -> int | None:
-    if isinstance(reported, bool) or not isinstance(reported, int):
-        return None
-    return ours - reported
+def _count_matches(ours: int, reported: int, traits: ProviderTraits, truncated: bool) -> bool:
+    """Our completion count equals `usage` under the provider's counting of the stop token."""
+    if truncated:
+        return ours == reported
+    # vLLM and SGLang both count the `<|im_end|>` they generated (only the text drops it);
+    # unknown counts as counted. Assuming so never passes a wrong reading: a provider that does
+    # not count it reports one less than every reading, and nothing fits.
+    counted = traits.counts_stop_token is not False
+    return reported == (ours if counted else ours - 1)
 
 
-def classify_reference(ours: list[int], reference: list[int], fmt: KimiK25) -> ReferenceMatch:
+def _lossy(completion: Completion, chosen: Reading, streamed: bool) -> bool:
+    """A path on which a server's parser can drop text that the fields cannot show: the tool
+    parsers, the reasoning split, and vLLM's content filter, which drops whitespace-only
+    deltas of a stream."""
+    return (bool(completion.tool_calls) or chosen.thinking or completion.reasoning is not None
+            or streamed)
+
+
+def _evidence(
+    match: ReferenceMatch | None,
+    prompt_delta: int | None,
+    completion_delta: int | None,
+    count_exact: bool,
+    tol: UsageTolerance,
+    c_tokens: int | None,
+) -> Evidence:
+    if match in ("exact", "benign_bpe"):
+        return "reference"
+    if completion_delta is None:
+        return "none"
+    prompt_ok = prompt_delta is not None and abs(prompt_delta) <= tol.prompt
+    if count_exact and prompt_delta == 0:
+        return "usage_exact"
+    if abs(completion_delta) <= tol.completion_allowed(c_tokens or 0) and (
+        prompt_ok or prompt_delta is None
+    ):
+        return "usage_tolerated"
+    return "none"
+
+
+def _with_stop(reference: list[int], ours: list[int], fmt: ChatFormat) -> list[int]:
+    im_end = fmt.stop_id
+    body = reference[:-1] if reference[-1:] == [im_end] else list(reference)
+    return body + ([im_end] if ours[-1:] == [im_end] else [])
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list | tuple) and value and all(type(t) is int for t in value):
+        return list(value)
+    return None
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _delta(ours: int, reported: int | None) -> int | None:
+    return None if reported is None else ours - reported
+
+
+def classify_reference(ours: list[int], reference: list[int], fmt: ChatFormat) -> ReferenceMatch:
     """How our ids relate to the ids the server says the model generated."""
-    im_end = fmt.ids[IM_END]
+    im_end = fmt.stop_id
     # Servers differ on whether the stop token is part of the returned ids.
     if ours[-1:] == [im_end]:
         ours = ours[:-1]
@@ -201,7 +333,7 @@ def classify_reference(ours: list[int], reference: list[int], fmt: KimiK25) -> R
     return "text_diff"
 
 
-def _text_segments(ids: list[int], specials: list[tuple[int, int]], fmt: KimiK25) -> list[bytes]:
+def _text_segments(ids: list[int], specials: list[tuple[int, int]], fmt: ChatFormat) -> list[bytes]:
     bounds = [-1, *(i for i, _ in specials), len(ids)]
     return [fmt.tok.decode_bytes(ids[a + 1 : b]) for a, b in pairwise(bounds)]
 
@@ -212,26 +344,28 @@ def _text_segments(ids: list[int], specials: list[tuple[int, int]], fmt: KimiK25
 
 def reconstruct_jsonl_lines(
     lines: Iterable[str],
-    fmt: KimiK25,
+    fmt: ChatFormat,
     *,
     default_thinking: bool = True,
     config: ReconstructConfig | None = None,
+    traits: ProviderTraits | None = None,
 ) -> Iterator[TokenSample]:
     """One TokenSample per input line; a bad line becomes an `error` sample naming why."""
     records = (
         (f"line {number}", line) for number, line in enumerate(lines, start=1) if line.strip()
     )
     return reconstruct_records(
-        records, fmt, default_thinking=default_thinking, config=config
+        records, fmt, default_thinking=default_thinking, config=config, traits=traits
     )
 
 
 def reconstruct_records(
     records: Iterable[tuple[str, str | dict[str, Any]]],
-    fmt: KimiK25,
+    fmt: ChatFormat,
     *,
     default_thinking: bool = True,
     config: ReconstructConfig | None = None,
+    traits: ProviderTraits | None = None,
 ) -> Iterator[TokenSample]:
     """Samples from `(where, record)` pairs; a record is a JSON line or an already decoded dict
     with `sample_id`, `request`, `response` and optional `reference_completion_ids`."""
@@ -257,12 +391,13 @@ def reconstruct_records(
             )
             continue
         reference = record.get("reference_completion_ids")
-        if reference is not None and not (
-            isinstance(reference, list) and all(type(t) is int for t in reference)
-        ):
-            yield TokenSample.failed(
-                sample_id, f"{where}: reference_completion_ids is not a list of ints"
-            )
+        prompt_reference = record.get("prompt_token_ids")
+        bad = [name for name, ids in (("reference_completion_ids", reference),
+                                      ("prompt_token_ids", prompt_reference))
+               if ids is not None and not (isinstance(ids, list)
+                                           and all(type(t) is int for t in ids))]
+        if bad:
+            yield TokenSample.failed(sample_id, f"{where}: {bad[0]} is not a list of ints")
             continue
         yield reconstruct(
             sample_id,
@@ -270,8 +405,10 @@ def reconstruct_records(
             record["response"],
             fmt,
             reference_completion_ids=reference,
+            reference_prompt_ids=prompt_reference,
             default_thinking=default_thinking,
             config=config,
+            traits=traits,
         )
 
 
@@ -288,6 +425,7 @@ class ReconstructSummary:
     by_status: Counter[str] = field(default_factory=Counter)
     by_flag: Counter[str] = field(default_factory=Counter)
     by_reference: Counter[str] = field(default_factory=Counter)
+    by_evidence: Counter[str] = field(default_factory=Counter)
     completion_tokens: int = 0
 
     def add(self, sample: TokenSample) -> TokenSample:
@@ -296,5 +434,7 @@ class ReconstructSummary:
         self.by_flag.update(sample.flags)
         if sample.reference_match:
             self.by_reference[sample.reference_match] += 1
+        if sample.evidence:
+            self.by_evidence[sample.evidence] += 1
         self.completion_tokens += sample.completion_len
         return sample

@@ -13,6 +13,10 @@ from typing import Any, Literal
 ToolMode = Literal["tools", "system_prompt"]
 Status = Literal["ok", "flagged", "error"]
 ReferenceMatch = Literal["exact", "benign_bpe", "text_diff", "special_diff"]
+# What proves a sample's ids, strongest first (docs/evidence.md): the server's own ids matched;
+# our counts equal `usage` after the provider's counting rules; within the tolerance only; nothing.
+Evidence = Literal["reference", "usage_exact", "usage_tolerated", "none"]
+EVIDENCE_LEVELS: tuple[Evidence, ...] = ("reference", "usage_exact", "usage_tolerated", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,40 @@ class SourceReject:
     sample_id: str
     row: str  # where it came from, e.g. "glaive.json#17"
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTraits:
+    """What a provider's parsers do to an answer, as learned by the probe (None: unknown)."""
+
+    renumbers_tool_ids: bool | None = None  # ids rebuilt as functions.{name}:{history+i}
+    deletes_no_content: bool | None = None  # "(no content)" deleted when calls exist
+    splits_reasoning: bool | None = None  # reasoning returned separately from content
+    counts_stop_token: bool | None = None  # usage.completion_tokens includes <|im_end|>
+    # Without streaming, a tool section opened before `</think>` ends the reasoning and the
+    # calls come back parsed (SGLang with forced reasoning). False: such a section stays in the
+    # reasoning text (vLLM's kimi_k2 and kimi_k25 parsers), so parsed calls after a reasoning
+    # mean the model did close it. (Streamed, vLLM's kimi_k25 parser ends it too.)
+    ends_reasoning_at_tools: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageTolerance:
+    """How far our token counts may be from the provider's `usage` and still pass.
+
+    The one place these numbers live: reconstruction flags against them and the gate checks
+    against them, both built from a dataset's `gate:` settings (`GateConfig.tolerance`).
+    """
+
+    # The prompt is deterministic: any difference means the server rendered another template.
+    prompt: int = 0
+    # Sampled ids may split text non-canonically, so the model's count can exceed ours. On a
+    # path where a parser can drop text this slack is not granted (reconstruct.py).
+    completion_abs: int = 4
+    completion_rel: float = 0.02
+
+    def completion_allowed(self, reported: int) -> float:
+        return max(self.completion_abs, self.completion_rel * reported)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +120,8 @@ class TokenSample:
     usage_completion_delta: int | None = None
     reference_match: ReferenceMatch | None = None
     error: str | None = None
+    # What proves the ids (docs/evidence.md); None only in files written before it existed.
+    evidence: Evidence | None = None
     # What the ids were built from, for the gate and for audits.
     thinking: bool = True
     reasoning: str | None = None
@@ -106,4 +146,5 @@ class TokenSample:
             status="error",
             flags=[],
             error=error,
+            evidence="none",
         )

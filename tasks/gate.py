@@ -1,11 +1,19 @@
 from __future__ import annotations
 
-from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import get_run_logger, task
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 
-from specregen.pipeline.gating import gate_dataset, read_report
+from specregen.pipeline.gating import STAGE as GATE
+from specregen.pipeline.gating import GateVerdict, gate_dataset, read_report
 from specregen.pipeline.publish import GateFailedError
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
+from specregen.progress import LogLines, Progress, ProgressState, format_line, publish
 from specregen.store.manifest import read_manifest
 from tasks.common import dataset_run
 
@@ -22,7 +30,15 @@ def gate_task(config_path: str, dataset: str) -> dict:
     reconstructed = read_manifest(run.store, run.name, RECONSTRUCT, run.reconstruct_fp)
     if reconstructed is None:
         raise RuntimeError(f"{dataset}: reconstruction has no manifest; it did not finish")
-    gated = gate_dataset(run, reconstructed)
+    progress = Progress(f"gate {dataset}", total=sum(s.rows for s in reconstructed.shards),
+                        interval=2.0, names=("accepted", "quarantined"))
+    if read_manifest(run.store, run.name, GATE, run.gate_fp) is None:  # else nothing to watch
+        progress.subscribe(publish)  # `specregen run` shows it live
+        progress.subscribe(LogLines(get_run_logger().info, every=30.0))
+        progress.subscribe(ProgressArtifact(artifact_key(dataset, "gate-progress"),
+                                            f"Tool-call gate of {dataset}"))
+    gated = gate_dataset(run, reconstructed, progress)
+    progress.close()
     report, markdown = read_report(run)
     create_markdown_artifact(markdown, key=artifact_key(dataset, "gate-report"),
                              description=f"Tool-call gate report of {dataset}")
@@ -31,6 +47,48 @@ def gate_task(config_path: str, dataset: str) -> dict:
         key=artifact_key(dataset, "gate-checks"),
         description=f"Quarantined samples by gate check, {dataset}: {report['verdict']}",
     )
-    if not gated.extra.get("passed"):
-        raise GateFailedError(f"{dataset}: gate failed: " + "; ".join(gated.extra["why"]))
+    _report_artifacts(run, dataset, report)
+    verdict = GateVerdict.of(gated)
+    if not verdict.passed:
+        raise GateFailedError(f"{dataset}: gate failed: " + "; ".join(verdict.why))
     return {"verdict": "pass", **gated.counts}
+
+
+def _report_artifacts(run, dataset: str, report: dict) -> None:
+    """The report's headline numbers as a table, and a link to report.html."""
+    from pathlib import Path
+
+    from specregen.report import headline_rows
+    from specregen.report.stage import inference_spend
+
+    create_table_artifact(
+        headline_rows(report, inference_spend(run)),
+        key=artifact_key(dataset, "report-headline"),
+        description=f"Headline numbers of {dataset}: {report['verdict']}",
+    )
+    parts = (run.name, "gate", run.gate_fp, "report.html")
+    if run.store.exists(*parts):
+        url = run.store.url_of(*parts)
+        if url.startswith("/"):
+            url = Path(url).as_uri()
+        create_link_artifact(url, link_text=f"{dataset} report.html",
+                             key=artifact_key(dataset, "report-html"),
+                             description=f"Dataset report of {dataset}: lengths, flags, "
+                                         "evidence, tool calls, trigger agreement, cost")
+
+
+class ProgressArtifact:
+    """A Prefect progress artifact that carries the numbers of the live view (its description
+    is the same summary line)."""
+
+    def __init__(self, key: str, title: str) -> None:
+        self.key, self.title = key, title
+        self.artifact_id = None
+
+    def __call__(self, state: ProgressState) -> None:
+        percent = 100.0 * (state.fraction if state.fraction is not None else 0.0)
+        text = f"{self.title}: {format_line(state)}"
+        if self.artifact_id is None:
+            self.artifact_id = create_progress_artifact(percent, key=self.key, description=text)
+        else:
+            update_progress_artifact(self.artifact_id, percent, description=text)

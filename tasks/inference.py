@@ -4,24 +4,24 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from specregen.client.engine import FatalAPIError
+from specregen.errors import BudgetError
 from specregen.pipeline.inference import infer_chunk
 from specregen.pipeline.run import chunk_concurrency, resolve_api_key
-from tasks.common import dataset_run, stage_key
+from tasks.common import dataset_run, retry_unless_user_error, stage_key
+from tasks.limits import shared_limiter
 
 
-class InferenceStoppedError(RuntimeError):
+class InferenceStoppedError(BudgetError, RuntimeError):
     """The chunk stopped before every sample had a result (budget); a rerun resumes it."""
 
 
-def _retry_unless_fatal(_task, _task_run, state) -> bool:
-    # A bad key, no credits or a spent budget fails every retry too: stop at once. Crashes and
-    # outages retry.
-    # The engine calls this from its event loop: ask for the synchronous result explicitly,
-    # or `result()` hands back a coroutine and nothing would ever be retried.
+def _retry_unless_fatal(task, task_run, state) -> bool:
+    # A bad key, no credits, a spent budget or any other failure the user must fix fails every
+    # retry too: stop at once. Crashes and outages retry.
     error = state.result(raise_on_failure=False, _sync=True)
-    return isinstance(error, Exception) and not isinstance(
-        error, (FatalAPIError, InferenceStoppedError)
-    )
+    if isinstance(error, (FatalAPIError, InferenceStoppedError)):
+        return False
+    return retry_unless_user_error(task, task_run, state)
 
 
 @task(
@@ -45,7 +45,10 @@ async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerpri
 
         secret = (await Secret.aload(run.config.api_key_secret)).get()
     key = resolve_api_key(run.config, secret)
-    result = await infer_chunk(run, chunk, api_key=key, concurrency=chunk_concurrency(run.config))
+    # The key's limits shared with every worker (config `shared_limit`), else None.
+    limiter = await shared_limiter(run.config)
+    result = await infer_chunk(run, chunk, api_key=key, concurrency=chunk_concurrency(run.config),
+                               limiter=limiter)
     if result.get("stopped_reason"):
         # Not a result to cache: the chunk is unfinished.
         raise InferenceStoppedError(

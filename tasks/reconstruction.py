@@ -8,6 +8,7 @@ from dataclasses import asdict
 from prefect import task
 
 from specregen.pipeline.reconstruction import finish_reconstruction, reconstruct_chunk
+from specregen.procs import exit_with_parent
 from specregen.store.manifest import Shard
 from tasks.common import dataset_run, stage_key
 
@@ -23,7 +24,9 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         for old in list(_POOLS):
             if old[0] == workers:
                 _POOLS.pop(old).shutdown(wait=False, cancel_futures=False)
-        _POOLS[key] = ProcessPoolExecutor(workers)
+        # Workers exit when this process dies (SIGKILL included): no shard is written after.
+        _POOLS[key] = ProcessPoolExecutor(workers, initializer=exit_with_parent,
+                                          initargs=(os.getpid(),))
     return _POOLS[key]
 
 

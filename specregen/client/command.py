@@ -1,9 +1,17 @@
 """`specregen infer`: send a JSONL of prompts to an endpoint, append every attempt to a raw log.
 
-Exit codes: 0 the run completed (permanently failed samples included; the summary counts them),
-2 bad usage (options, config, prompts file, missing key for a remote endpoint), 3 a fatal API
-error (bad key, no credits: the message names the key's variable), 4 stopped by the budget,
-130 interrupted.
+Before the first request: the options and config validate, the key is present, the output's
+lease is taken (one writer per output; this also proves the output writable), and every line of
+the prompts file is decoded, parsed, built, fingerprinted and checked against the context
+length (specregen.client.preflight). A bad line is a reject (line and reason in the summary and
+in the raw log's `rejects-*.jsonl`); the others are sent.
+
+Exit codes (specregen.errors; README): 0 every sample answered (rejected lines and skipped
+samples aside), 1 internal error (a bug), 2 bad usage (options, config, prompts file,
+tokenizer), 3 authentication (missing or refused key, no credits: the message names the key's
+variable), 4 stopped by the budget, 5 storage (output not writable, raw log failed, no storage
+credentials), 6 some samples failed permanently (rerun with --retry-failed), 7 another writer
+holds the output, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,26 +28,36 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specregen.errors import (
+    EXIT_AUTH,
+    EXIT_BUDGET,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_USAGE,
+    AuthError,
+    UsageError,
+    user_errors,
+)
 from specregen.records import Prompt
 
-EXIT_USAGE = 2
-EXIT_FATAL = 3
-EXIT_BUDGET = 4
-EXIT_INTERRUPTED = 130
+EXIT_FATAL = EXIT_AUTH
 
 TOOL_MODES = ("tools", "system_prompt")
 
 
-class PromptLineError(ValueError):
+class PromptLineError(UsageError, ValueError):
     """A prompts-file line that is not a usable prompt; the message says why."""
 
 
 def parse_prompt_line(line: str) -> Prompt:
     """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?}`."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise PromptLineError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # NaN / Infinity: Python's json takes them, no server does
+        raise PromptLineError(f"not JSON ({exc})") from None
     if not isinstance(row, dict):
         raise PromptLineError(f"a JSON {type(row).__name__}, not an object")
     sample_id = row.get("sample_id")
@@ -69,14 +87,21 @@ def parse_prompt_line(line: str) -> Prompt:
     )
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def read_prompts(handle: Any, report: Callable[[int, str], None]) -> Iterator[Prompt]:
-    """Prompts of an open text file, lazily; a bad line goes to `report(line_no, reason)`."""
+    """Prompts of an open file (text, or binary: strict UTF-8), lazily; a bad line goes to
+    `report(line_no, reason)`."""
+    from specregen.client.preflight import decode_line
+
     for number, line in enumerate(handle, start=1):
         if not line.strip():
             continue
         try:
-            yield parse_prompt_line(line)
-        except PromptLineError as exc:
+            yield parse_prompt_line(decode_line(line))
+        except (PromptLineError, ValueError) as exc:
             report(number, str(exc))
 
 
@@ -126,7 +151,12 @@ def infer(
     ] = None,
     rpm: Annotated[float | None, typer.Option(help="Requests-per-minute limit")] = None,
     thinking: Annotated[
-        bool | None, typer.Option("--thinking/--no-thinking", help="Kimi thinking on or off")
+        bool | None, typer.Option("--thinking/--no-thinking", help="Model thinking on or off")
+    ] = None,
+    chat_format: Annotated[
+        str | None,
+        typer.Option("--format", help="Chat format (kimi-k2.5, qwen3): its thinking switch and "
+                                      "prompt rendering [default: from --model]"),
     ] = None,
     config: Annotated[
         Path | None,
@@ -136,65 +166,100 @@ def infer(
         Path | None,
         typer.Option(help="`specregen probe` result: refuse tool prompts it finds unrecoverable"),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Tokenizer to check prompts against the context length ('mini', a folder, a"
+            " hub id) [default: $KIMI_TOKENIZER_DIR]"
+        ),
+    ] = None,
+    max_context_tokens: Annotated[
+        int | None,
+        typer.Option(help="Context length in tokens [default: the tokenizer's model_max_length]"),
+    ] = None,
+    wait: Annotated[
+        float,
+        typer.Option(help="Seconds to wait while another writer holds --out (0: stop at once)"),
+    ] = 0.0,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="realtime (default) or batch: the provider's batch API at its price"),
+    ] = None,
 ) -> None:
     """Request completions for every prompt without a final result in the raw log yet."""
-    from specregen.client.config import ConfigError, EndpointConfig
+    with user_errors():
+        code = _infer(
+            prompts, out, base_url=base_url, model=model, dialect=dialect,
+            concurrency=concurrency, max_tokens=max_tokens, stream=stream,
+            budget_usd=budget_usd, api_key_env=api_key_env, return_token_ids=return_token_ids,
+            retry_failed=retry_failed, connections_per_client=connections_per_client, rpm=rpm,
+            thinking=thinking, config=config, provider_profile=provider_profile,
+            tokenizer=tokenizer, max_context_tokens=max_context_tokens, wait=wait, mode=mode,
+            format=chat_format,
+        )
+    raise typer.Exit(code)
+
+
+def _infer(prompts: str, out: str, **opts: Any) -> int:
+    from specregen.client.config import EndpointConfig
     from specregen.client.secrets import ApiKey
 
     console = Console(stderr=True)
+    config = opts["config"]
     data = _config_file(config, console) if config is not None else {}
     overrides = {
-        "base_url": base_url,
-        "model": model,
-        "dialect": dialect,
-        "concurrency": concurrency,
-        "stream": stream,
-        "budget_usd": budget_usd,
-        "api_key_env": api_key_env,
-        "return_token_ids": return_token_ids,
-        "connections_per_shard": connections_per_client,
-        "requests_per_minute": rpm,
-        "thinking": thinking,
+        "base_url": opts["base_url"],
+        "model": opts["model"],
+        "dialect": opts["dialect"],
+        "concurrency": opts["concurrency"],
+        "stream": opts["stream"],
+        "budget_usd": opts["budget_usd"],
+        "api_key_env": opts["api_key_env"],
+        "return_token_ids": opts["return_token_ids"],
+        "connections_per_shard": opts["connections_per_client"],
+        "requests_per_minute": opts["rpm"],
+        "thinking": opts["thinking"],
+        "max_context_tokens": opts["max_context_tokens"],
+        "mode": opts.get("mode"),
+        "format": opts.get("format"),
     }
     data.update({k: v for k, v in overrides.items() if v is not None})
-    if max_tokens is not None:
-        data["sampling"] = {**(data.get("sampling") or {}), "max_tokens": max_tokens}
-    try:
-        cfg = EndpointConfig.load(data)
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+    if opts["max_tokens"] is not None:
+        data["sampling"] = {**(data.get("sampling") or {}), "max_tokens": opts["max_tokens"]}
+    cfg = EndpointConfig.load(data)  # ConfigError: a UsageError naming each bad field
 
     key = ApiKey.from_env(cfg.api_key_env)
     if key is None and not is_loopback(cfg.base_url):
-        console.print(
-            f"[red]error:[/red] environment variable {cfg.api_key_env} is not set; it must hold"
-            f" the API key for {cfg.base_url} (see --api-key-env)",
-            highlight=False,
+        raise AuthError(
+            f"environment variable {cfg.api_key_env} is not set; it must hold the API key for"
+            f" {cfg.base_url}",
+            hint=f"export {cfg.api_key_env}=... or name another variable with --api-key-env",
         )
-        raise typer.Exit(EXIT_USAGE)
-    if provider_profile is not None:
+    if opts["provider_profile"] is not None:
         from specregen.probe import ProbeRefusal, check_run_against_profile
 
         try:
-            check_run_against_profile(provider_profile, prompts, cfg)
+            check_run_against_profile(opts["provider_profile"], prompts, cfg)
         except ProbeRefusal as exc:
-            console.print(f"[red]refused:[/red] {exc}", highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
-    code = _run(prompts, out, cfg, key, retry_failed, console)
-    raise typer.Exit(code)
+            raise UsageError(f"refused: {exc}") from None
+    return _run(
+        prompts, out, cfg, key, opts["retry_failed"], console,
+        tokenizer=opts["tokenizer"], wait=opts["wait"],
+    )
 
 
 def _config_file(path: Path, console: Console) -> dict[str, Any]:
     import yaml
+    from rich.markup import escape
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         console.print(f"[red]error:[/red] cannot read {path}: {exc.strerror}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
-    except yaml.YAMLError as exc:
-        console.print(f"[red]error:[/red] {path} is not YAML/JSON: {exc}", highlight=False)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        console.print(f"[red]error:[/red] {path} is not YAML/JSON: {escape(str(exc))}",
+                      highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     if not isinstance(data, dict):
         console.print(f"[red]error:[/red] {path} must hold a mapping of fields", highlight=False)
@@ -203,72 +268,133 @@ def _config_file(path: Path, console: Console) -> dict[str, Any]:
 
 
 def _run(
-    prompts_path: str, out: str, cfg: Any, key: Any, retry_failed: bool, console: Console
+    prompts_path: str,
+    out: str,
+    cfg: Any,
+    key: Any,
+    retry_failed: bool,
+    console: Console,
+    *,
+    tokenizer: str | None = None,
+    wait: float = 0.0,
 ) -> int:
-    import fsspec
-    from rich.live import Live
+    from rich.markup import escape
 
     from specregen.client.engine import FatalAPIError, run_inference
-    from specregen.store.rawlog import RawLog, RawLogError
+    from specregen.client.preflight import context_check, preflight
+    from specregen.errors import storage_error
+    from specregen.store.lease import acquire_lease
+    from specregen.store.rawlog import RawLog
 
-    try:
-        handle = fsspec.open(prompts_path, "rt", encoding="utf-8", errors="replace").open()
-    except (OSError, ValueError) as exc:
-        console.print(f"[red]error:[/red] cannot read {prompts_path}: {exc}", highlight=False)
-        return EXIT_USAGE
+    _route_warnings(console)
     try:
         raw_log = RawLog(out)
     except (OSError, ValueError, ImportError) as exc:
-        handle.close()
-        console.print(f"[red]error:[/red] cannot use {out} as the raw log: {exc}", highlight=False)
-        return EXIT_USAGE
-    _route_warnings(console)
-    bad_lines = 0
-
-    def report(number: int, reason: str) -> None:
-        nonlocal bad_lines
-        bad_lines += 1
-        console.print(
-            f"[yellow]skipped[/yellow] {prompts_path} line {number}: {reason}", highlight=False
-        )
-
-    live = Live(_progress_table(None), console=console, refresh_per_second=4, transient=False)
-
-    async def main() -> Any:
-        async with raw_log:
-            return await run_inference(
-                read_prompts(handle, report),
-                cfg,
-                raw_log,
-                api_key=key,
-                progress=lambda snap: live.update(_progress_table(snap)),
-                retry_failed=retry_failed,
-            )
-
-    code = 0
-    summary = None
+        raise storage_error(exc, out, "use") from None
+    # The lease writes into the output: an unwritable output (read-only, under a file, no
+    # credentials) fails here, before anything is paid.
+    lease = acquire_lease(out, wait=wait, what="specregen infer")
     try:
-        with handle, live:
-            summary = asyncio.run(main())
-    except FatalAPIError as exc:
-        summary = exc.summary
-        code = EXIT_FATAL
-        console.print(f"[red]fatal:[/red] {exc}", highlight=False)
-    except RawLogError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
-        return 1
-    except KeyboardInterrupt:
-        console.print(
-            "[yellow]interrupted[/yellow]: finished results are in the raw log;"
-            " run again to continue"
-        )
-        return EXIT_INTERRUPTED
+        check = context_check(cfg, tokenizer, cfg.max_context_tokens)
+        checked = preflight(prompts_path, cfg, check, parse_prompt_line)
+        for reject in checked.rejects:
+            where = f"line {reject.line}" if reject.line is not None else "prompt"
+            # The reason quotes input text: escaped, so "[/x]" in a prompt is not Rich markup.
+            console.print(
+                f"[yellow]rejected[/yellow] {escape(prompts_path)} {where}:"
+                f" {escape(reject.reason)}",
+                highlight=False, markup=True,
+            )
+        # Live progress (done / in flight / failed, rates, spend and projection, time left) on
+        # a terminal; one summary line per interval otherwise.
+        from specregen.progress import engine_observer, live_progress
+
+        watch = live_progress("infer", len(checked.prompts), console=console)
+        feed: Any = None
+
+        async def main() -> Any:
+            if cfg.mode == "batch":
+                from specregen.client.batch import run_batch_inference
+
+                async with raw_log:
+                    return await run_batch_inference(
+                        checked.prompts, cfg, raw_log, api_key=key,
+                        progress=feed,
+                        retry_failed=retry_failed, rejects=checked.rejects,
+                        should_stop=lambda: "lease_lost" if lease.lost else None,
+                    )
+            async with raw_log:
+                return await run_inference(
+                    checked.prompts,
+                    cfg,
+                    raw_log,
+                    api_key=key,
+                    progress=feed,
+                    retry_failed=retry_failed,
+                    prompt_check=None,  # every prompt passed the preflight already
+                    rejects=checked.rejects,
+                    should_stop=lambda: "lease_lost" if lease.lost else None,
+                )
+
+        code = EXIT_OK
+        summary = None
+        try:
+            with watch as progress:
+                feed = engine_observer(progress)
+                summary = asyncio.run(main())
+        except FatalAPIError as exc:
+            summary = exc.summary
+            code = EXIT_FATAL
+            console.print(f"[red]fatal:[/red] {escape(str(exc))}", highlight=False)
+        except KeyboardInterrupt:
+            console.print(
+                "[yellow]interrupted[/yellow]: finished results are in the raw log;"
+                " run again to continue"
+            )
+            return EXIT_INTERRUPTED
+    finally:
+        lease.release()
     if summary is not None:
-        _print_summary(summary, out, bad_lines)
-        if code == 0 and summary.stopped_reason == "budget":
+        _print_summary(summary, out)
+        if code == EXIT_OK and summary.stopped_reason == "budget":
             console.print(f"[yellow]stopped:[/yellow] budget of ${cfg.budget_usd:g} reached")
             code = EXIT_BUDGET
+        elif code == EXIT_OK and summary.stopped_reason == "lease_lost":
+            raise _lease_lost(out)
+        elif code == EXIT_OK and summary.failed:
+            console.print(
+                f"[yellow]partial:[/yellow] {summary.failed} sample(s) failed permanently; run"
+                " again with --retry-failed to request them again",
+                highlight=False,
+            )
+            code = EXIT_PARTIAL
     return code
+
+
+def _cost_rows(summary: Any) -> list[tuple[str, Any]]:
+    """The batch run's cost view: projected total and savings against realtime."""
+    if getattr(summary, "mode", "realtime") != "batch":
+        return []
+    return [
+        ("mode", "batch"),
+        ("batches submitted / recovered", f"{summary.batches_submitted} /"
+                                          f" {summary.batches_recovered}"),
+        ("batches finished / open", f"{summary.batches_finished} / {summary.batches_open}"),
+        ("sent realtime (fallback)", summary.sent_realtime),
+        ("spent USD (this output, every run)", f"{summary.spent_total_usd:.4f}"),
+        ("projected total USD", f"{summary.projected_total_usd:.4f}"),
+        ("same answers realtime USD", f"{summary.realtime_equivalent_total_usd:.4f}"),
+        ("savings vs realtime USD", f"{summary.savings_total_usd:.4f}"),
+    ]
+
+
+def _lease_lost(out: str) -> Exception:
+    from specregen.errors import OutputBusyError
+
+    return OutputBusyError(
+        f"another writer took over {out} during the run; finished results are in the raw log",
+        hint="make sure only one run writes to this output, then run again",
+    )
 
 
 def _route_warnings(console: Console) -> None:
@@ -281,27 +407,7 @@ def _route_warnings(console: Console) -> None:
         logger.addHandler(handler)
 
 
-def _progress_table(snap: Any) -> Table:
-    table = Table(box=None, show_header=True, header_style="bold")
-    for name in ("done", "failed", "in flight", "req/s", "tok/s", "cost $", "skipped", "elapsed"):
-        table.add_column(name, justify="right")
-    if snap is None:
-        table.add_row("0", "0", "0", "-", "-", "0", "0", "0s")
-    else:
-        table.add_row(
-            str(snap.done),
-            str(snap.failed),
-            str(snap.in_flight),
-            f"{snap.requests_per_s:.1f}",
-            f"{snap.tokens_per_s:.0f}",
-            f"{snap.cost_usd:.4f}",
-            str(snap.skipped),
-            f"{snap.elapsed_s:.0f}s",
-        )
-    return table
-
-
-def _print_summary(summary: Any, out: str, bad_lines: int) -> None:
+def _print_summary(summary: Any, out: str) -> None:
     table = Table(title=f"inference -> {out}")
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -311,15 +417,17 @@ def _print_summary(summary: Any, out: str, bad_lines: int) -> None:
         ("failed permanently", summary.failed),
         ("skipped (already final)", summary.skipped),
         ("duplicate sample ids", summary.duplicates),
-        ("bad prompt lines", bad_lines),
+        ("rejected (not sent)", summary.rejected),
         ("abandoned (stopped)", summary.abandoned),
         ("requests sent", summary.requests_sent),
         ("retries", summary.retries),
         ("prompt tokens", summary.prompt_tokens),
         ("completion tokens", summary.completion_tokens),
         ("cost USD", f"{summary.cost_usd:.4f}"),
+        *_cost_rows(summary),
         ("wall s", f"{summary.wall_s:.1f}"),
         ("mean in flight", f"{summary.mean_in_flight:.1f}"),
+        ("mean in flight, input left", f"{summary.mean_in_flight_input:.1f}"),
     ]
     for name, value in rows:
         table.add_row(name, str(value))

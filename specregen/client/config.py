@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from specregen.client.secrets import looks_like_secret
+from specregen.errors import UsageError
+
 Dialect = Literal["openrouter", "vllm", "sglang", "moonshot"]
 Effort = Literal["xhigh", "high", "medium", "low", "minimal", "none"]
 Quantization = Literal["int4", "int8", "fp4", "fp6", "fp8", "fp16", "bf16", "fp32", "unknown"]
@@ -22,7 +25,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """An endpoint config that does not validate; the message lists each field and its problem."""
 
 
@@ -105,12 +108,42 @@ class RetryPolicy(BaseModel):
 
 
 class Prices(BaseModel):
-    """USD per million tokens, for the cost of responses that carry no `usage.cost`."""
+    """USD per million tokens of this endpoint's model, realtime; batch = realtime x
+    (1 - batch_discount). Used for responses that carry no `usage.cost`, for projections
+    (`specregen estimate`) and for the savings the cost view reports."""
 
     model_config = _STRICT
 
     prompt_per_million: float = Field(ge=0)
     completion_per_million: float = Field(ge=0)
+    # Prompt tokens served from the provider's prompt cache (`prompt_tokens_details.
+    # cached_tokens`); None: billed like any prompt token.
+    cached_prompt_per_million: float | None = Field(default=None, ge=0)
+    # Share taken off every price in batch mode: OpenRouter 0.5, Moonshot 0.4 (60% price).
+    batch_discount: float = Field(default=0.5, ge=0, le=1)
+
+    def factor(self, mode: str) -> float:
+        return 1.0 - self.batch_discount if mode == "batch" else 1.0
+
+
+BatchApi = Literal["openrouter", "openai-files"]
+
+
+class BatchSettings(BaseModel):
+    """Batch mode (client/batch.py): which API shape, how big a batch, how often to poll."""
+
+    model_config = _STRICT
+
+    # `openrouter`: inline `requests` in POST /batches; `openai-files`: upload a JSONL to
+    # /files, then POST /batches with input_file_id (Moonshot, vLLM, OpenAI-compatible).
+    api: BatchApi = "openrouter"
+    # OpenRouter's limits per batch: 5,000 requests and 200 MB.
+    max_requests: int = Field(default=5_000, ge=1, le=50_000)
+    max_bytes: int = Field(default=200 * 1024 * 1024, ge=1_000)
+    poll_seconds: float = Field(default=60.0, gt=0)
+    completion_window: str = "24h"
+    # The `endpoint` each request targets, as the batch API names it.
+    endpoint: str = "/v1/chat/completions"
 
 
 class EndpointConfig(BaseModel):
@@ -124,9 +157,13 @@ class EndpointConfig(BaseModel):
 
     provider: ProviderRouting | None = None
     reasoning: ReasoningConfig | None = None
-    # Kimi's thinking switch, mapped per dialect (reasoning.enabled, chat_template_kwargs,
-    # Moonshot `thinking`); None sends nothing and leaves the server default (thinking on).
+    # The model's thinking switch, mapped per dialect (reasoning.enabled, the chat format's
+    # chat_template_kwargs key, Moonshot `thinking`); None sends nothing and leaves the server
+    # default (thinking on).
     thinking: bool | None = None
+    # The model's chat format (specregen/models/registry.py); None: the one `model` names, else
+    # the default. The pipeline config's top-level `format:` is copied here.
+    format: str | None = None
     sampling: Sampling = Sampling()
     stream: bool = True
     # Ask for `prompt_token_ids` and per-choice `token_ids` (the reference ids). vLLM and the
@@ -141,6 +178,14 @@ class EndpointConfig(BaseModel):
     retry: RetryPolicy = RetryPolicy()
     prices: Prices | None = None
 
+    # `realtime`: one request per prompt (engine.py); `batch`: the provider's batch API at its
+    # batch price (batch.py). Requests and fingerprints are the same, so one raw log holds both.
+    mode: Literal["realtime", "batch"] = "realtime"
+    batch: BatchSettings = BatchSettings()
+    # What happens to batch requests that failed or expired: `resubmit` them in a later batch,
+    # or send them `realtime` (full price, within the budget).
+    batch_fallback: Literal["resubmit", "realtime"] = "resubmit"
+
     # Requests in flight at once; spread over ceil(concurrency / connections_per_shard)
     # httpx clients because one client's pool bookkeeping is quadratic in its connections.
     # Client CPU per request grows with connections per client (measured on 2 vCPUs: ~3 ms at
@@ -149,6 +194,30 @@ class EndpointConfig(BaseModel):
     connections_per_shard: int = Field(default=25, ge=1, le=1_000)
     requests_per_minute: float | None = Field(default=None, gt=0)
     budget_usd: float | None = Field(default=None, ge=0)
+    # The model's context length in tokens (prompt + max_tokens must fit); None: the
+    # tokenizer folder's model_max_length (Kimi K2.5: 262,144) when `infer` has a tokenizer.
+    max_context_tokens: int | None = Field(default=None, gt=0)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str | None) -> str | None:
+        from specregen.models.registry import canonical_name
+
+        return None if value is None else canonical_name(value)
+
+    @property
+    def format_name(self) -> str:
+        """The chat format: `format`, else the one `model` names, else the default."""
+        from specregen.models.registry import (
+            DEFAULT_FORMAT,
+            UnknownFormatError,
+            resolve_format_name,
+        )
+
+        try:
+            return resolve_format_name(self.format, self.model)
+        except UnknownFormatError:
+            return DEFAULT_FORMAT
 
     @field_validator("base_url")
     @classmethod
@@ -162,7 +231,13 @@ class EndpointConfig(BaseModel):
     @classmethod
     def _env_name(cls, value: str) -> str:
         # A key pasted here would be stored with the config: refuse anything that is not a
-        # plausible variable name (keys contain '-' and are long).
+        # plausible variable name (keys contain '-' and are long), and names that look like
+        # keys themselves (hf_..., AKIA..., long random runs). The value is never echoed.
+        if looks_like_secret(value):
+            raise ValueError(
+                "must be the NAME of an environment variable, not a key: the value looks like a"
+                " credential (not shown); put the key in a variable and give its name"
+            )
         if not _ENV_NAME.fullmatch(value):
             raise ValueError(
                 "must be the NAME of an environment variable (letters, digits, '_', at most 64"
@@ -185,6 +260,13 @@ class EndpointConfig(BaseModel):
             on = reasoning.enabled is True or (reasoning.effort not in (None, "none"))
             if (self.thinking and off) or (not self.thinking and on):
                 raise ValueError("thinking: contradicts the reasoning settings")
+        if self.mode == "batch" and self.batch.api == "openrouter":
+            only = self.provider.only if self.provider else None
+            if not only or len(only) != 1:
+                raise ValueError(
+                    "provider.only: batch mode on OpenRouter runs one provider per batch; pin"
+                    " exactly one (e.g. provider: {only: [moonshotai]})"
+                )
         if self.budget_usd is not None and self.prices is None and self.dialect != "openrouter":
             raise ValueError(
                 f"budget_usd: needs prices (the {self.dialect} API reports no usage.cost)"

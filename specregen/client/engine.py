@@ -2,10 +2,17 @@
 
 Shape of a run:
 
-* `cfg.concurrency` worker coroutines pull from one shared prompt iterator; each owns a sample
-  through all its attempts and pulls the next sample the moment it is done. There is no batch
-  and no barrier, so the window stays full until the input runs dry. A worker sleeping in a
-  retry backoff keeps its slot: under 429s that is the back-pressure we want.
+* `cfg.concurrency` worker coroutines each make one attempt at a time. A worker takes a sample
+  whose retry is due first, else the next prompt of the shared iterator. There is no batch and
+  no barrier, so the window stays full until the input runs dry. A sample waiting out a backoff
+  or a Retry-After does NOT hold a slot: it waits in a queue of timed retries while its worker
+  sends other prompts (a window of 64 with a third of the samples in backoff would otherwise
+  carry ~30 requests).
+* Every prompt is built and fingerprinted before it is sent; a prompt that cannot be (NaN in a
+  tool schema, refused by `prompt_check`, e.g. over the context length) becomes a reject with
+  its reason, written to the raw log's `rejects-*.jsonl` and counted in the summary; the run
+  goes on. An unexpected error in one worker stops new requests, lets the ones in flight finish
+  and be logged (they may be paid for), then is raised.
 * Workers are spread over ceil(concurrency / connections_per_shard) `httpx.AsyncClient`s with
   `Limits(max_connections=connections_per_shard)`: one client with thousands of connections
   spends its time in httpcore's quadratic pool bookkeeping (../shared/PREFECT.md rows 19-23).
@@ -13,8 +20,10 @@ Shape of a run:
   record is durable. Samples whose (sample_id, request fingerprint) already have a final record
   are skipped (permanently failed ones too, unless `retry_failed`).
 * Retries: exponential backoff with full jitter, capped, never shorter than the server's
-  Retry-After, up to `retry.max_attempts` attempts; then the sample fails permanently with the
-  last error. Permanent errors (400/403/404/422...) fail the sample at once.
+  Retry-After, up to `retry.max_attempts` attempts PER SAMPLE: the attempts of earlier (killed)
+  runs in the raw log count, and attempt numbers continue from them. Then the sample fails
+  permanently with the last error; `retry_failed` gives a failed sample a new round.
+  Permanent errors (400/403/404/422...) fail the sample at once.
 * Fatal errors (401/402): no new request starts, samples waiting in backoff or for the rate
   limiter give up, and requests already in flight are allowed to finish and are logged, because
   they may already be paid for and their answers are worth keeping (a 401 answers at once anyway).
@@ -30,6 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import math
 import random
@@ -43,15 +54,19 @@ from typing import Any
 import httpx
 
 from specregen.client.config import EndpointConfig, Prices, RetryPolicy
+from specregen.client.limits import RequestLimiter
 from specregen.client.request import build_request, request_fingerprint, storable_request
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.transport import AttemptResult, send
+from specregen.errors import AuthError
 from specregen.records import Prompt
 from specregen.store.rawlog import (
     FINAL_ANSWER,
     AttemptRecord,
+    LogHistory,
     RawLog,
     RawLogError,
+    RejectRecord,
     utc_now_iso,
 )
 
@@ -63,7 +78,7 @@ PROGRESS_INTERVAL = 0.25
 RATE_WINDOW = 10.0
 
 
-class FatalAPIError(RuntimeError):
+class FatalAPIError(AuthError, RuntimeError):
     """The endpoint refuses every request (bad key, no credits, unusable URL); the run stopped.
 
     The message names the environment variable of the key, never the key. `summary` holds the
@@ -96,6 +111,7 @@ class ProgressSnapshot:
     requests_sent: int = 0
     retries: int = 0
     elapsed_s: float = 0.0
+    completion_tokens: int = 0  # so far: what live progress counts tokens from
 
 
 @dataclass
@@ -115,11 +131,16 @@ class InferenceSummary:
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     cost_usd: float = 0.0
+    rejected: int = 0  # prompts never sent (see `rejects`)
     wall_s: float = 0.0
     mean_in_flight: float = 0.0
+    # Mean in flight while the input still had prompts (the tail, when fewer samples than the
+    # window are left, is excluded): what the window scheduling achieves.
+    mean_in_flight_input: float = 0.0
     peak_in_flight: int = 0
     stopped_reason: str | None = None  # None: ran to the end; "budget"; "fatal"
     errors: dict[str, int] = field(default_factory=dict)  # error class -> attempts
+    rejects: list[dict[str, Any]] = field(default_factory=list)  # line?, sample_id, reason
 
     @property
     def done(self) -> int:
@@ -145,17 +166,10 @@ def backoff_delay(
 
 def response_cost(response: dict[str, Any] | None, prices: Prices | None) -> float | None:
     """USD of one response: `usage.cost` when the API reports it, else usage x prices."""
-    usage = response.get("usage") if isinstance(response, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    cost = usage.get("cost")
-    if isinstance(cost, int | float) and not isinstance(cost, bool) and math.isfinite(cost):
-        return float(cost)
-    if prices is None:
-        return None
-    prompt = _int(usage.get("prompt_tokens"))
-    completion = _int(usage.get("completion_tokens"))
-    return (prompt * prices.prompt_per_million + completion * prices.completion_per_million) / 1e6
+    # Cached prompt tokens at their own price (client/cost.py, shared with batch mode).
+    from specregen.client.cost import usage_cost
+
+    return usage_cost(response, prices, "realtime")
 
 
 def _int(value: Any) -> int:
@@ -199,15 +213,40 @@ async def run_inference(
     transport: httpx.AsyncBaseTransport | None = None,
     progress_interval: float = PROGRESS_INTERVAL,
     rng: random.Random | None = None,
+    prompt_check: Callable[[Prompt, dict[str, Any]], str | None] | None = None,
+    rejects: Iterable[RejectRecord] = (),
+    should_stop: Callable[[], str | None] | None = None,
+    limiter: RequestLimiter | None = None,
 ) -> InferenceSummary:
     """Request every prompt that has no final result in `log` yet; see the module docstring.
 
     `api_key` None sends no Authorization header (a local server). `transport` replaces the
-    network for every client shard (tests, an in-process emulator). Raises FatalAPIError when
+    network for every client shard (tests, an in-process emulator). `prompt_check(prompt, body)`
+    returns why a prompt must not be sent (or None). `rejects`: rows the caller already refused
+    (e.g. unparsable lines); they are written with the run's own. `should_stop()` returns a
+    reason to stop starting requests (e.g. the output lease was lost). Raises FatalAPIError when
     the endpoint refuses every request; the log holds everything finished before that.
     """
     run = _Run(cfg, log, as_api_key(api_key), retry_failed, transport, rng or random.Random())
+    run.prompt_check = prompt_check
+    run.should_stop = should_stop
+    # Limits shared with other processes (specregen/client/limits.py): asked before each
+    # request, after the local requests_per_minute, and told when it ends.
+    run.limiter = limiter
+    run.rejects.extend(rejects)
     return await run.execute(prompts, progress, progress_interval)
+
+
+@dataclass(slots=True)
+class _Job:
+    """One sample between attempts."""
+
+    prompt: Prompt
+    body: dict[str, Any]
+    fingerprint: str
+    attempt: int  # number of the next attempt (continues the raw log's history)
+    tries: int  # attempts already made in this round (earlier runs included)
+    stored_request: dict[str, Any] | None = None
 
 
 class _Run:
@@ -226,22 +265,35 @@ class _Run:
         self.retry_failed = retry_failed
         self.transport = transport
         self.rng = rng
+        self.prompt_check: Callable[[Prompt, dict[str, Any]], str | None] | None = None
+        self.should_stop: Callable[[], str | None] | None = None
+        self.limiter: RequestLimiter | None = None
         self.summary = InferenceSummary()
         self.errors: Counter[str] = Counter()
+        self.rejects: list[RejectRecord] = []
         self.stop_event = asyncio.Event()
         self.fatal_result: AttemptResult | None = None
         self.write_error: BaseException | None = None
+        self.internal_error: BaseException | None = None
         self.rpm = RateLimiter(cfg.requests_per_minute) if cfg.requests_per_minute else None
         self.in_flight = 0
         self._flight_area = 0.0
         self._flight_mark = 0.0
+        self._input_area: float | None = None
+        self._input_span = 0.0
         self.started = 0.0
         self.finished_requests = 0
         self._cost_sum = 0.0
         self._cost_n = 0
         self._seen: set[str] = set()
-        self._index: dict[tuple[str, str], str] = {}
+        self._history = LogHistory()
         self._source: Iterator[Prompt] = iter(())
+        self._source_done = False
+        # Samples waiting out a backoff: (ready at, sequence, job), earliest first.
+        self._retries: list[tuple[float, int, _Job]] = []
+        self._sequence = itertools.count()
+        self._active = 0  # samples inside an attempt right now
+        self._changed = asyncio.Event()
         self._rates: deque[tuple[float, int, int]] = deque()
 
     # -- the run ---------------------------------------------------------------------------
@@ -253,8 +305,9 @@ class _Run:
         interval: float,
     ) -> InferenceSummary:
         cfg = self.cfg
-        # The index is read before the first request: a rerun never pays twice for a sample.
-        self._index = await asyncio.to_thread(self.log.final_index)
+        # The history is read before the first request: a rerun never pays twice for a sample,
+        # and attempts of earlier runs count against max_attempts.
+        self._history = await asyncio.to_thread(self.log.history)
         self._source = iter(prompts)
         self.started = self._flight_mark = time.monotonic()
         per_shard = cfg.connections_per_shard
@@ -278,102 +331,206 @@ class _Run:
                     await reporter
             for client in clients:
                 await client.aclose()
+            self.summary.abandoned += len(self._retries)
+            self._retries.clear()
             # Everything queued must be durable before the counts are final.
             await self.log.flush()
+            await self._write_rejects()
         self._finish_summary()
         if progress is not None:
             self._call_progress(progress)
         if self.write_error is not None:
             raise self.write_error
+        if self.internal_error is not None:
+            raise self.internal_error
         if self.fatal_result is not None:
             raise self._fatal_error(self.fatal_result)
         return self.summary
 
     async def _worker(self, client: httpx.AsyncClient) -> None:
         while not self.stop_event.is_set():
-            # The budget is checked in _sample, after the pull: when the input is exhausted the
-            # run completed, whatever the budget says.
-            item = self._next_sample()
-            if item is None:
+            changed = self._changed
+            try:
+                job = self._take_job()
+            except Exception as exc:  # the prompt source itself failed
+                self._internal_failure(exc)
                 return
-            await self._sample(client, *item)
+            if job is None:
+                if self._source_done and not self._retries and self._active == 0:
+                    self._notify()  # wake the other idle workers: the run is over
+                    return
+                await self._wait_for_change(changed)
+                continue
+            self._active += 1
+            try:
+                await self._attempt_job(client, job)
+            except Exception as exc:
+                # Never let one sample's bug cancel the others' requests in flight: their
+                # answers may be paid for. Stop starting new ones and report at the end.
+                self._internal_failure(exc)
+            finally:
+                self._active -= 1
+                # Idle workers (input exhausted) only care about a new earliest retry (pushed
+                # below) and about the end of the run: waking them on every answer would cost
+                # window x answers wake-ups in the tail.
+                if self._source_done and not self._retries and self._active == 0:
+                    self._notify()
 
-    def _next_sample(self) -> tuple[Prompt, dict[str, Any], str] | None:
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _wait_for_change(self, changed: asyncio.Event) -> None:
+        timeout = None
+        if self._retries:
+            timeout = max(0.0, self._retries[0][0] - time.monotonic())
+        stop = asyncio.ensure_future(self.stop_event.wait())
+        change = asyncio.ensure_future(changed.wait())
+        try:
+            await asyncio.wait({stop, change}, timeout=timeout,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            change.cancel()
+
+    def _take_job(self) -> _Job | None:
+        """A sample whose retry is due, else the next new prompt, else None."""
+        if self._retries and self._retries[0][0] <= time.monotonic():
+            return heapq.heappop(self._retries)[2]
+        if self._source_done:
+            return None
+        job = self._next_sample()
+        if job is None:
+            self._input_exhausted()
+        return job
+
+    def _input_exhausted(self) -> None:
+        if not self._source_done:
+            self._source_done = True
+            self._flight(0)
+            self._input_area = self._flight_area
+            self._input_span = time.monotonic() - self.started
+            self._notify()
+
+    def _reject(self, sample_id: str | None, reason: str) -> None:
+        self.rejects.append(RejectRecord(reason=reason, sample_id=sample_id))
+        log.warning("sample %s not sent: %s", sample_id, reason)
+
+    def _next_sample(self) -> _Job | None:
         for prompt in self._source:
-            sample_id = prompt.sample_id
+            sample_id = getattr(prompt, "sample_id", None)
+            if not isinstance(sample_id, str):
+                self._reject(None, f"not a prompt ({type(prompt).__name__})")
+                continue
             if sample_id in self._seen:
                 self.summary.duplicates += 1
                 continue
             self._seen.add(sample_id)
-            body = build_request(prompt, self.cfg)
-            fingerprint = request_fingerprint(body)
-            status = self._index.get((sample_id, fingerprint))
+            try:
+                body = build_request(prompt, self.cfg)
+                fingerprint = request_fingerprint(body)
+            except (ValueError, TypeError, RecursionError) as exc:
+                # e.g. NaN/Infinity in a tool schema: not JSON, so no server could take it.
+                self._reject(sample_id, f"cannot be sent as JSON: {exc}")
+                continue
+            key = (sample_id, fingerprint)
+            status = self._history.final.get(key)
             if status in FINAL_ANSWER or (status == "failed" and not self.retry_failed):
                 self.summary.skipped += 1
                 continue
-            return prompt, body, fingerprint
+            if self.prompt_check is not None:
+                reason = self.prompt_check(prompt, body)
+                if reason is not None:
+                    self._reject(sample_id, reason)
+                    continue
+            return _Job(
+                prompt,
+                body,
+                fingerprint,
+                attempt=self._history.last_attempt.get(key, 0) + 1,
+                tries=self._history.open_attempts.get(key, 0),
+            )
         return None
 
-    async def _sample(
-        self, client: httpx.AsyncClient, prompt: Prompt, body: dict[str, Any], fingerprint: str
-    ) -> None:
+    async def _attempt_job(self, client: httpx.AsyncClient, job: _Job) -> None:
         cfg = self.cfg
-        stored_request = scrub_obj(storable_request(body), self.key)
-        for attempt in range(1, cfg.retry.max_attempts + 1):
-            if self.rpm is not None and not self.stop_event.is_set():
-                await self.rpm.acquire()
-            if not self.stop_event.is_set() and not self._budget_allows():
-                self._stop("budget")
-            if self.stop_event.is_set():
-                self.summary.abandoned += 1
-                return
-            result = await self._attempt(client, body)
-            cost = response_cost(result.response, cfg.prices)
-            self._account(result, cost)
-            final = (
-                result.final_answer
-                or result.kind == "permanent"
-                or (result.kind == "retryable" and attempt == cfg.retry.max_attempts)
-            )
-            record = self._record(
-                prompt.sample_id, fingerprint, attempt, result, cost, final, stored_request
-            )
-            try:
-                future = self.log.submit(record)
-            except RawLogError as exc:
-                self._write_failed(exc)
-                self.summary.abandoned += 1
-                return
-            future.add_done_callback(partial(self._written, result.status if final else None))
-            if final:
-                if result.status == "failed":
-                    log.info(
-                        "sample %s failed permanently after %d attempt(s): %s %s",
-                        prompt.sample_id,
-                        attempt,
-                        result.error_class,
-                        result.error_message,
-                    )
-                return
-            if result.kind == "fatal":
-                self.summary.fatal += 1
-                self.summary.abandoned += 1
-                if self.fatal_result is None:
-                    self.fatal_result = result
-                self._stop("fatal")
-                return
-            self.summary.retries += 1
-            delay = backoff_delay(attempt, cfg.retry, result.retry_after_s, self.rng)
-            log.debug(
-                "sample %s attempt %d: %s; retrying in %.2f s",
-                prompt.sample_id,
-                attempt,
-                result.error_class,
-                delay,
-            )
-            if await self._sleep_unless_stopped(delay):
-                self.summary.abandoned += 1
-                return
+        if job.stored_request is None:
+            job.stored_request = scrub_obj(storable_request(job.body), self.key)
+        if self.rpm is not None and not self.stop_event.is_set():
+            await self.rpm.acquire()
+        limiter = self.limiter if not self.stop_event.is_set() else None
+        if limiter is not None:
+            await limiter.acquire()
+        if self.should_stop is not None and not self.stop_event.is_set():
+            reason = self.should_stop()
+            if reason:
+                self._stop(reason)
+        if not self.stop_event.is_set() and not self._budget_allows():
+            self._stop("budget")
+        if self.stop_event.is_set():
+            if limiter is not None:
+                limiter.release(sent=False)
+            self.summary.abandoned += 1
+            return
+        try:
+            result = await self._attempt(client, job.body)
+        finally:
+            if limiter is not None:
+                limiter.release()
+        # The answer is logged before anything else can fail: accounting comes after.
+        attempt = job.attempt
+        job.attempt += 1
+        job.tries += 1
+        final = (
+            result.final_answer
+            or result.kind == "permanent"
+            or (result.kind == "retryable" and job.tries >= cfg.retry.max_attempts)
+        )
+        cost = response_cost(result.response, cfg.prices)
+        record = self._record(
+            job.prompt.sample_id, job.fingerprint, attempt, result, cost, final,
+            job.stored_request,
+        )
+        try:
+            future = self.log.submit(record)
+        except RawLogError as exc:
+            self._write_failed(exc)
+            self.summary.abandoned += 1
+            return
+        future.add_done_callback(partial(self._written, result.status if final else None))
+        self._account(result, cost)
+        if final:
+            if result.status == "failed":
+                log.info(
+                    "sample %s failed permanently after %d attempt(s): %s %s",
+                    job.prompt.sample_id,
+                    job.tries,
+                    result.error_class,
+                    result.error_message,
+                )
+            return
+        if result.kind == "fatal":
+            self.summary.fatal += 1
+            self.summary.abandoned += 1
+            if self.fatal_result is None:
+                self.fatal_result = result
+            self._stop("fatal")
+            return
+        self.summary.retries += 1
+        delay = backoff_delay(job.tries, cfg.retry, result.retry_after_s, self.rng)
+        log.debug(
+            "sample %s attempt %d: %s; retrying in %.2f s",
+            job.prompt.sample_id,
+            attempt,
+            result.error_class,
+            delay,
+        )
+        # The sample waits in the queue, not in this worker: the slot goes to another prompt.
+        ready = time.monotonic() + delay
+        earliest = not self._retries or ready < self._retries[0][0]
+        heapq.heappush(self._retries, (ready, next(self._sequence), job))
+        if earliest:
+            self._notify()  # idle workers wait for the earliest retry: it moved
 
     async def _attempt(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AttemptResult:
         self._flight(+1)
@@ -384,20 +541,28 @@ class _Run:
             self._flight(-1)
             self.finished_requests += 1
 
-    async def _sleep_unless_stopped(self, delay: float) -> bool:
-        """Sleep `delay` s; True (at once) if the run stops meanwhile."""
-        if delay <= 0:
-            return self.stop_event.is_set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self.stop_event.wait()
-        return self.stop_event.is_set()
-
     def _stop(self, reason: str) -> None:
         if not self.stop_event.is_set():
             self.summary.stopped_reason = reason
             self.stop_event.set()
             log.info("inference stopping: %s", reason)
+            self._notify()
+
+    def _internal_failure(self, error: BaseException) -> None:
+        log.error("inference: unexpected error (%s: %s); stopping", type(error).__name__, error)
+        if self.internal_error is None:
+            self.internal_error = error
+        self._stop("error")
+
+    async def _write_rejects(self) -> None:
+        self.summary.rejected = len(self.rejects)
+        self.summary.rejects = [r.as_dict() for r in self.rejects]
+        if not self.rejects:
+            return
+        try:
+            await asyncio.to_thread(self.log.write_rejects, self.rejects)
+        except Exception as exc:
+            log.error("raw log %s: could not write the rejects: %s", self.log.root_url, exc)
 
     # -- accounting ------------------------------------------------------------------------
 
@@ -520,6 +685,7 @@ class _Run:
             requests_sent=self.summary.requests_sent,
             retries=self.summary.retries,
             elapsed_s=now - self.started,
+            completion_tokens=self.summary.completion_tokens,
         )
 
     def _call_progress(self, progress: Callable[[ProgressSnapshot], Any]) -> None:
@@ -538,6 +704,10 @@ class _Run:
         wall = time.monotonic() - self.started
         self.summary.wall_s = wall
         self.summary.mean_in_flight = self._flight_area / wall if wall > 0 else 0.0
+        if self._input_area is not None and self._input_span > 0:
+            self.summary.mean_in_flight_input = self._input_area / self._input_span
+        else:
+            self.summary.mean_in_flight_input = self.summary.mean_in_flight
         self.summary.errors = dict(self.errors)
 
     def _fatal_error(self, result: AttemptResult) -> FatalAPIError:

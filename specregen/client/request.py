@@ -1,8 +1,9 @@
 """Prompt + endpoint config -> the chat-completions request body, and its fingerprint.
 
-Each dialect switches Kimi's thinking its own way: OpenRouter through `reasoning`, vLLM/SGLang
-through `chat_template_kwargs.thinking`, Moonshot through `thinking.type`. These are exactly the
-fields `specregen.normalize.thinking_from_request` reads back during reconstruction.
+Each dialect switches the model's thinking its own way: OpenRouter through `reasoning`,
+vLLM/SGLang through `chat_template_kwargs` under the chat format's key (`ChatFormat.
+thinking_switch`), Moonshot through `thinking.type`. These are exactly the fields the format's
+`thinking_requested` reads back during reconstruction.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from specregen.client.config import EndpointConfig
+from specregen.models.registry import thinking_switch
 from specregen.records import Prompt
 from specregen.store.fingerprint import fingerprint
 
@@ -37,7 +39,7 @@ def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
             body["provider"] = routing
     elif cfg.dialect in ("vllm", "sglang"):
         if cfg.thinking is not None:
-            body["chat_template_kwargs"] = {"thinking": cfg.thinking}
+            body["chat_template_kwargs"] = {thinking_switch(cfg.format_name): cfg.thinking}
     elif cfg.dialect == "moonshot" and cfg.thinking is not None:
         body["thinking"] = {"type": "enabled" if cfg.thinking else "disabled"}
     if cfg.return_token_ids:

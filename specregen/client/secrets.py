@@ -8,7 +8,10 @@ case a server echoes the key back.
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from collections import Counter
 from collections.abc import Generator
 from typing import Any
 
@@ -20,6 +23,46 @@ REDACTED = "[redacted]"
 # a short placeholder like "EMPTY" (the vLLM convention) is no secret, and replacing it would
 # corrupt answers that happen to contain the word.
 MIN_SCRUB_LENGTH = 12
+
+
+# Prefixes of real credentials (OpenAI, OpenRouter, Anthropic, Hugging Face, AWS access keys,
+# GitHub, GitLab, Slack, Google API keys) and an HTTP auth scheme.
+_KEY_PREFIX = re.compile(
+    r"^(?:sk-|sk_|rk-|hf_[A-Za-z0-9]{8}|AKIA[0-9A-Z]{12}|ASIA[0-9A-Z]{12}|ghp_|gho_|ghs_|"
+    r"github_pat_|glpat-|xox[abpr]-|AIza[0-9A-Za-z_-]{8}|Bearer\s|Basic\s)",
+    re.IGNORECASE,
+)
+# A random token: one run of at least this many characters without a separator ...
+_RANDOM_RUN = 16
+# ... whose characters carry at least this many bits each (names of variables and blocks are
+# words: "OPENROUTER_API_KEY" segments are short and low in entropy).
+_RANDOM_BITS = 3.0
+
+
+def _entropy_bits(text: str) -> float:
+    counts = Counter(text)
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def looks_like_secret(value: str) -> bool:
+    """True when `value`, given where a NAME belongs, looks like a key rather than a name.
+
+    Known key prefixes, or a long run of mixed letters and digits with high entropy (a random
+    token). Callers refuse such a value WITHOUT echoing it.
+    """
+    text = value.strip()
+    if _KEY_PREFIX.match(text):
+        return True
+    for run in re.split(r"[_\-.:/\s]+", text):
+        if len(run) < _RANDOM_RUN:
+            continue
+        classes = sum(
+            bool(re.search(pattern, run)) for pattern in ("[a-z]", "[A-Z]", "[0-9]")
+        )
+        if classes >= 2 and _entropy_bits(run) >= _RANDOM_BITS:
+            return True
+    return len(text) >= 40 and _entropy_bits(text) >= 4.0
 
 
 class ApiKey:

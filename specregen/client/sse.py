@@ -14,8 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 DONE = "[DONE]"
 TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
+_TEXT_SET = frozenset(TEXT_FIELDS)
 # Top-level fields copied from the first chunk that has them.
 TOP_FIELDS = ("id", "created", "model", "provider", "system_fingerprint", "service_tier")
 # Text parts of a `reasoning_details` item that arrive in pieces.
@@ -82,6 +85,100 @@ class SSEDecoder:
         return event
 
 
+class SSEByteDecoder:
+    """The SSE parser of the stream path: network chunks (bytes) in, complete events out.
+
+    A K2.5 answer is thousands of events and a client keeps thousands of streams open, so this
+    is the per-event hot loop (bench/streaming.py): it splits whole chunks at once instead of
+    decoding text and yielding lines one by one, keeps each `data:` payload as bytes (the JSON
+    parser takes bytes), and allocates nothing for comment lines. `feed` returns
+    `(data, event name or None)` for every event a blank line completed.
+    """
+
+    __slots__ = ("_data", "_event", "_tail", "comments")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._data: list[bytes] = []
+        self._event: bytes | None = None
+        self.comments = 0
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes | None]]:
+        if (not self._tail and not self._data and self._event is None
+                and chunk[:6] == b"data: " and chunk[-2:] == b"\n\n"
+                and chunk.count(b"\n") == 2 and b"\r" not in chunk):
+            # The common case: the network chunk is exactly one `data:` event.
+            return [(chunk[6:-2], None)]
+        buf = self._tail + chunk if self._tail else chunk
+        if b"\r" in buf:
+            # CRLF and lone CR end lines too (the SSE spec); rare, so handled off the fast path.
+            # A CR at the very end may be the first half of a CRLF: kept for the next chunk.
+            hold = buf.endswith(b"\r")
+            if hold:
+                buf = buf[:-1]
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if hold:
+                buf += b"\r"
+        lines = buf.split(b"\n")
+        self._tail = lines.pop()
+        out: list[tuple[bytes, bytes | None]] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data:
+                    out.append((data[0] if len(data) == 1 else b"\n".join(data), self._event))
+                    data = self._data = []
+                self._event = None
+            elif line[0] == 58:  # ':' a comment: OpenRouter's keep-alive
+                self.comments += 1
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line.startswith(b"event:"):
+                value = line[6:]
+                self._event = value[1:] if value[:1] == b" " else value
+            # `id` and `retry` matter only to browsers reconnecting.
+        return out
+
+    def close(self) -> list[tuple[bytes, bytes | None]]:
+        """Events the server did not terminate with a blank line."""
+        tail = self._tail.rstrip(b"\r")
+        self._tail = b""
+        out = self.feed(tail + b"\n\n") if tail or self._data else []
+        return out
+
+
+def loads(data: bytes) -> Any:
+    """JSON of a payload: orjson (several times faster than json), json.loads for what orjson
+    refuses but Python's json took before (integers over 64 bits, lone surrogate escapes,
+    invalid UTF-8 read as U+FFFD), so the fast path changes no outcome."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data.decode("utf-8", errors="replace"))
+
+
+def parse_data(data: bytes, event: bytes | None = None) -> dict[str, Any] | None:
+    """`parse_event` for the byte decoder's events."""
+    if data == b"[DONE]" or (len(data) < 16 and data.strip() == b"[DONE]"):
+        return None
+    try:
+        chunk = loads(data)
+    except json.JSONDecodeError as exc:
+        if event == b"error":
+            text = data[:500].decode("utf-8", errors="replace")
+            raise StreamError(f"stream error event: {text}") from None
+        raise StreamDecodeError(f"stream chunk is not JSON: {exc}") from None
+    if type(chunk) is dict:
+        if event is None and not chunk.get("error"):
+            return chunk
+    elif event != b"error":
+        raise StreamDecodeError(f"stream chunk is a {type(chunk).__name__}, not an object")
+    error = chunk.get("error") if isinstance(chunk, dict) else chunk
+    if event == b"error" or error:
+        raise StreamError(f"stream error: {error_text(error)}", code=error_code(error))
+    return chunk
+
+
 def parse_event(event: SSEEvent) -> dict[str, Any] | None:
     """The JSON chunk of an event; None for `[DONE]`. Raises StreamError on error events."""
     if event.data.strip() == DONE:
@@ -120,6 +217,7 @@ class _Choice:
     texts: dict[str, list[str]] = field(default_factory=dict)
     role: str | None = None
     details: list[dict[str, Any]] = field(default_factory=list)
+    detail_text: dict[tuple[int, str], list[str]] = field(default_factory=dict)
     detail_slots: dict[Any, int] = field(default_factory=dict)
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     last_call: int | None = None
@@ -140,6 +238,9 @@ class StreamAssembler:
         self.prompt_token_ids: list[int] | None = None
         self.choices: dict[int, _Choice] = {}
         self.chunks = 0
+        # Top-level fields not seen yet: most chunks repeat id/model/provider, and once a field
+        # is taken it is never looked at again.
+        self._top_missing = list(TOP_FIELDS)
 
     @property
     def finish_reason(self) -> Any:
@@ -147,18 +248,30 @@ class StreamAssembler:
         return choice.finish_reason if choice else None
 
     def add(self, chunk: dict[str, Any]) -> None:
+        # The hot path of a stream (one call per event): one pass over what the chunk holds,
+        # not a lookup per field it might hold.
         self.chunks += 1
-        for name in TOP_FIELDS:
-            if name not in self.top and chunk.get(name) is not None:
-                self.top[name] = chunk[name]
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        ids = chunk.get("prompt_token_ids")
-        if isinstance(ids, list):
-            self.prompt_token_ids = (self.prompt_token_ids or []) + ids
-        for raw in chunk.get("choices") or ():
-            if isinstance(raw, dict):
-                self._add_choice(raw)
+        if self._top_missing:
+            found = False
+            for name in self._top_missing:
+                value = chunk.get(name)
+                if value is not None:
+                    self.top[name] = value
+                    found = True
+            if found:
+                self._top_missing = [n for n in self._top_missing if n not in self.top]
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        if "prompt_token_ids" in chunk:
+            ids = chunk["prompt_token_ids"]
+            if isinstance(ids, list):
+                self.prompt_token_ids = (self.prompt_token_ids or []) + ids
+        choices = chunk.get("choices")
+        if choices:
+            for raw in choices:
+                if type(raw) is dict:
+                    self._add_choice(raw)
 
     def _add_choice(self, raw: dict[str, Any]) -> None:
         index = raw.get("index", 0)
@@ -166,28 +279,43 @@ class StreamAssembler:
         if choice is None:
             choice = self.choices[index] = _Choice()
         delta = raw.get("delta")
-        if isinstance(delta, dict):
-            if delta.get("role"):
-                choice.role = delta["role"]
-            for name in TEXT_FIELDS:
-                if name in delta:
-                    pieces = choice.texts.setdefault(name, [])
-                    if isinstance(delta[name], str):
-                        pieces.append(delta[name])
-            details = delta.get("reasoning_details")
-            if isinstance(details, list):
-                for item in details:
-                    if isinstance(item, dict):
-                        _merge_detail(choice, item)
-            calls = delta.get("tool_calls")
-            if isinstance(calls, list):
-                for fragment in calls:
-                    if isinstance(fragment, dict):
-                        _merge_call(choice, fragment)
-        if raw.get("finish_reason") is not None:
-            choice.finish_reason = raw["finish_reason"]
-        if raw.get("native_finish_reason") is not None:
+        if type(delta) is dict:
+            texts = choice.texts
+            for name, value in delta.items():
+                if name in _TEXT_SET:
+                    pieces = texts.get(name)
+                    if pieces is None:
+                        pieces = texts[name] = []
+                    if type(value) is str:
+                        pieces.append(value)
+                elif name == "role":
+                    if value:
+                        choice.role = value
+                elif name == "reasoning_details":
+                    if isinstance(value, list):
+                        for item in value:
+                            if isinstance(item, dict):
+                                _merge_detail(choice, item)
+                elif name == "tool_calls" and isinstance(value, list):
+                    for fragment in value:
+                        if isinstance(fragment, dict):
+                            _merge_call(choice, fragment)
+        elif isinstance(delta, dict):  # a dict subclass: the general path
+            self._add_choice({**raw, "delta": dict(delta)})
+            return
+        finish = raw.get("finish_reason")
+        if finish is not None:
+            choice.finish_reason = finish
+            if raw.get("native_finish_reason") is not None:
+                choice.native_finish_reason = raw["native_finish_reason"]
+        elif raw.get("native_finish_reason") is not None:
             choice.native_finish_reason = raw["native_finish_reason"]
+        if ("token_ids" in raw or "error" in raw or "usage" in raw
+                or raw.get("logprobs") is not None):
+            self._rare_choice_fields(choice, raw)
+
+    @staticmethod
+    def _rare_choice_fields(choice: _Choice, raw: dict[str, Any]) -> None:
         ids = raw.get("token_ids")
         if isinstance(ids, list):
             choice.token_ids = (choice.token_ids or []) + ids
@@ -211,7 +339,10 @@ class StreamAssembler:
                     # A field that only ever came as null stays null, as it would unstreamed.
                     message[name] = "".join(pieces) if pieces else None
             if choice.details:
-                message["reasoning_details"] = choice.details
+                details = [dict(d) for d in choice.details]
+                for (slot, name), pieces in choice.detail_text.items():
+                    details[slot][name] = "".join(pieces)
+                message["reasoning_details"] = details
             if choice.calls:
                 message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
             out: dict[str, Any] = {
@@ -242,7 +373,8 @@ def _merge_detail(choice: _Choice, item: dict[str, Any]) -> None:
     # Pieces of one reasoning block share `index`; without one, a piece continues the last
     # block of the same type (the non-streamed response has one block per index).
     kind = item.get("type")
-    key = ("index", item["index"]) if item.get("index") is not None else ("type", kind)
+    index = item.get("index")
+    key: tuple[str, Any] = ("index", index) if index is not None else ("type", kind)
     slot = choice.detail_slots.get(key)
     if slot is None or (key[0] == "type" and choice.details[slot].get("type") != kind):
         choice.detail_slots[key] = len(choice.details)
@@ -251,7 +383,13 @@ def _merge_detail(choice: _Choice, item: dict[str, Any]) -> None:
     merged = choice.details[slot]
     for name, value in item.items():
         if name in DETAIL_TEXT_KEYS and isinstance(value, str):
-            merged[name] = (merged.get(name) or "") + value
+            # Pieces are joined once in result(): adding to a growing string per event is
+            # quadratic in the length of the reasoning.
+            pieces = choice.detail_text.get((slot, name))
+            if pieces is None:
+                first = merged.get(name)
+                pieces = choice.detail_text[(slot, name)] = [first] if first else []
+            pieces.append(value)
         elif value is not None and (name == "signature" or merged.get(name) is None):
             merged[name] = value
 

@@ -4,10 +4,14 @@ It is the ground truth of the tests (with `"return_token_ids": true` a response 
 the emulated model saw and wrote), the demo's default endpoint and the load target of the
 benchmarks.
 
-* `config.EmulatorConfig`: the profile (openrouter | vllm | sglang | moonshot | raw | stripped),
-  seed, latency, fault rates, model knobs, prices, key and credits.
+* `config.EmulatorConfig`: the profile (openrouter | vllm | vllm-k25 | sglang | sglang-noforce |
+  moonshot | raw | stripped), seed, latency, fault rates, model knobs (answer shapes included),
+  prices, key and credits.
 * `generate`: one deterministic completion per request, as token ids and segments.
 * `profiles`: how each provider returns that completion (body, SSE frames).
+* `upstream`, `serverside`: vLLM's and SGLang's Kimi parsers and prompt handling, restated from
+  their code (docs/upstream-parsers.md), which the vllm* and sglang* profiles run.
+* `fidelity`: the corpus bench/fidelity.py measures reconstruction on.
 * `faults`: which fault strikes an attempt, and how a connection is reset or cut.
 * `app.create_app(config, tokenizer)`: the Starlette app.
 * `server.serve_in_thread(config, tokenizer, host, port) -> RunningEmulator` with `.url`

@@ -4,7 +4,9 @@ Routes (each chat/model route also under `/api/v1/...`, OpenRouter's base URL):
 
 * `POST /v1/chat/completions` -- plain JSON or SSE (`stream: true`);
 * `GET /v1/models`, `GET /api/v1/models/{author}/{slug}/endpoints`;
-* `GET /_emulator/stats`, `POST /_emulator/reset` (no key needed: they are the test's controls).
+* `GET /_emulator/stats`, `POST /_emulator/reset`: the test's controls, answered for loopback
+  clients, or for anyone sending `X-Emulator-Token: $SPECREGEN_EMULATOR_ADMIN_TOKEN` when that
+  variable is set (`specregen emulator --host 0.0.0.0` binds beyond loopback).
 
 The chat route is a raw ASGI endpoint: it needs byte-level control of the response for its faults
 and it is the hot path of the load benchmarks. Request headers and keys are never logged.
@@ -14,17 +16,21 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
+import os
 import random
 import time
 from collections import Counter, OrderedDict
 from typing import Any
 
+from jinja2 import TemplateError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from specregen.emulator import serverside
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.faults import (
     EARLY_FAULTS,
@@ -59,7 +65,16 @@ from specregen.emulator.profiles import (
     sse,
     stream_frames,
 )
-from specregen.models.kimi_k25 import FormatError, KimiK25
+from specregen.emulator.served import SERVED_PROFILES, served_reply
+from specregen.emulator.upstream import request_thinking
+from specregen.models.chat_format import FormatError
+from specregen.models.registry import (
+    DEFAULT_FORMAT,
+    UnknownFormatError,
+    get_format,
+    get_server,
+    resolve_format_name,
+)
 from specregen.models.tokenizer import Tokenizer
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -71,7 +86,21 @@ class EmulatorState:
 
     def __init__(self, config: EmulatorConfig, tokenizer: Tokenizer) -> None:
         self.config = config
-        self.fmt = KimiK25(tokenizer)
+        try:
+            self.format_name = resolve_format_name(config.format, config.model)
+        except UnknownFormatError:
+            if config.format is not None:
+                raise
+            self.format_name = DEFAULT_FORMAT
+        self.fmt: Any = get_format(self.format_name, tokenizer)
+        # A format with its own served side answers through it (emulator/served.py).
+        self.server = get_server(self.format_name, tokenizer)
+        if self.server is not None and config.profile not in SERVED_PROFILES:
+            raise ValueError(f"the {self.format_name} model is served with the profiles "
+                             f"{', '.join(SERVED_PROFILES)}, not {config.profile!r}")
+        if self.server is None and config.profile == "vllm-hermes":
+            raise ValueError(f"profile 'vllm-hermes' needs a format with its own served side; "
+                             f"{self.format_name} has none")
         self.spec = PROFILE_SPECS[config.profile]
         self.splitter = (
             BpeSplitter.for_tokenizer(tokenizer) if config.noncanonical_rate > 0 else None
@@ -102,11 +131,44 @@ class EmulatorState:
         if cached is not None:
             self._cache.move_to_end(keys.generation)
             return cached
-        gen = generate(request, self.fmt, self.config, keys.generation, self.splitter)
+        server_prompt = None
+        if self.spec.server is not None:
+            # The ids the model saw are the server's rendering of the request, not ours.
+            family: serverside.Family = "vllm" if self.spec.server.startswith("vllm") else "sglang"
+            thinking = request_thinking(request)
+            server_prompt = (serverside.encode_prompt(family, request, self.fmt.tok, thinking),
+                             thinking)
+        gen = generate(request, self.fmt, self.config, keys.generation, self.splitter,
+                       server_prompt)
         self._cache[keys.generation] = gen
         if len(self._cache) > self.config.max_cached:
             self._cache.popitem(last=False)
         return gen
+
+
+ADMIN_TOKEN_ENV = "SPECREGEN_EMULATOR_ADMIN_TOKEN"
+
+
+def admin_refused() -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": 403, "message": "admin routes answer loopback clients, or a client"
+                   f" sending X-Emulator-Token (the value of {ADMIN_TOKEN_ENV} on the server)"}},
+        status_code=403,
+    )
+
+
+def admin_allowed(request: Request, token: str | None) -> bool:
+    """A loopback client, or the admin token when one is set (compared in constant time)."""
+    given = request.headers.get("x-emulator-token")
+    if token is not None and given is not None:
+        return hmac.compare_digest(given.encode(), token.encode())
+    host = request.client.host if request.client else ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
 
 
 def create_app(config: EmulatorConfig, tokenizer: Tokenizer) -> EmulatorApp:
@@ -126,10 +188,16 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer) -> EmulatorApp:
             )
         return JSONResponse({"data": endpoints_listing(config, state.created)})
 
+    admin_token = os.environ.get(ADMIN_TOKEN_ENV) or None
+
     async def stats(request: Request) -> JSONResponse:
+        if not admin_allowed(request, admin_token):
+            return admin_refused()
         return JSONResponse(state.snapshot())
 
     async def reset(request: Request) -> JSONResponse:
+        if not admin_allowed(request, admin_token):
+            return admin_refused()
         state.reset()
         return JSONResponse({"ok": True})
 
@@ -143,6 +211,10 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer) -> EmulatorApp:
         Route("/_emulator/stats", stats),
         Route("/_emulator/reset", reset, methods=["POST"]),
     ]
+    from specregen.emulator.batch import BatchState, batch_routes
+
+    state.batches = BatchState()
+    routes += batch_routes(state)
     app = EmulatorApp(routes=routes)
     app.state.emulator = state
     return app
@@ -190,15 +262,21 @@ class ChatEndpoint:
             return
 
         try:
-            gen = state.generation(request, keys)
+            if state.server is not None:
+                message, completion, gen = served_reply(state.server, config, request,
+                                                        keys.generation, _max_tokens(request))
+            else:
+                gen = state.generation(request, keys)
+                completion = view(gen, state.fmt.tok, _max_tokens(request))
+                message = render_message(state.spec, completion, gen, request,
+                                         tok=state.fmt.tok, stream=stream)
         except (RequestError, FormatError) as exc:
             await _send_bytes(send, 400, error_json(400, str(exc)))
             return
-        except (TypeError, AttributeError, KeyError) as exc:  # a message of an odd shape
+        except (TypeError, AttributeError, KeyError, TemplateError, ValueError) as exc:
+            # An odd message (the served formats raise ValueError subclasses naming it).
             await _send_bytes(send, 400, error_json(400, f"cannot render the request: {exc}"))
             return
-        completion = view(gen, state.fmt.tok, _max_tokens(request))
-        message = render_message(state.spec, completion, gen, request)
         meta = ResponseMeta(
             id=("gen-" if state.spec.openrouter else "chatcmpl-") + keys.distinct.hex()[:24],
             created=state.created,

@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from specregen.emulator.config import PROFILES, EmulatorConfig
+from specregen.emulator.app import ADMIN_TOKEN_ENV
+from specregen.emulator.config import ALL_PROFILES, EmulatorConfig
 
 console = Console(stderr=True)
 
@@ -22,9 +23,16 @@ def emulator(
         str, typer.Option(help="'mini', a tokenizer folder, or a hub id like moonshotai/Kimi-K2.5")
     ] = "mini",
     profile: Annotated[
-        str, typer.Option(help="Provider to imitate: " + ", ".join(PROFILES))
+        str, typer.Option(help="Provider to imitate: " + ", ".join(ALL_PROFILES))
     ] = "openrouter",
     seed: Annotated[int, typer.Option(help="Seed of the model and of the fault sequence")] = 0,
+    model: Annotated[
+        str, typer.Option(help="Model id served; it names the chat format (e.g. Qwen/Qwen3-8B "
+                               "with --profile vllm-hermes --tokenizer mini-qwen3)")
+    ] = "moonshotai/kimi-k2.5",
+    chat_format: Annotated[
+        str | None, typer.Option("--format", help="Chat format [default: from --model]")
+    ] = None,
     latency: Annotated[str, typer.Option(help="fixed or lognormal")] = "fixed",
     latency_mean: Annotated[float, typer.Option(help="Mean seconds per response")] = 0.0,
     latency_sigma: Annotated[float, typer.Option(help="Sigma of the lognormal latency")] = 0.5,
@@ -63,6 +71,8 @@ def emulator(
         config = EmulatorConfig(
             profile=profile,  # type: ignore[arg-type]
             seed=seed,
+            model=model,
+            format=chat_format,
             latency=latency,  # type: ignore[arg-type]
             latency_mean=latency_mean,
             latency_sigma=latency_sigma,
@@ -90,11 +100,32 @@ def emulator(
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
         # stdout, alone on its line, so a script can read the URL.
         print(f"http://{shown}:{bound_port}/v1", flush=True)
-        console.print(f"emulating Kimi K2.5 via {config.profile} with tokenizer {tok.name}; "
+        console.print(f"emulating {config.model} via {config.profile} with tokenizer {tok.name}; "
                       f"OpenRouter-style base URL http://{shown}:{bound_port}/api/v1")
 
+    if not is_loopback_host(host):
+        token = "set" if os.environ.get(ADMIN_TOKEN_ENV) else "not set: loopback clients only"
+        console.print(
+            f"[yellow]warning:[/yellow] listening on {host}, beyond loopback: anyone who can "
+            "reach this port can send requests"
+            + (" (no key is required; --require-key-env NAME sets one)" if require_key is None
+               else "")
+            + f". Admin routes /_emulator/* need X-Emulator-Token = ${ADMIN_TOKEN_ENV} ({token})."
+        )
     try:
         serve_forever(config, tok, host, port, on_listening=announce)
     except (OSError, TokenizerError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listen address stays on this machine ('localhost', 127.x, ::1)."""
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface

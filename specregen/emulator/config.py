@@ -9,10 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Profile = Literal["openrouter", "vllm", "sglang", "moonshot", "raw", "stripped"]
-PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "sglang", "moonshot", "raw", "stripped")
+Profile = Literal["openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce", "moonshot", "raw",
+                  "stripped", "vllm-hermes"]
+# The K2.5 profiles (emulator/generate.py + profiles.py).
+PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce",
+                                 "moonshot", "raw", "stripped")
+# Every profile: also those of a format with its own served side (emulator/served.py).
+ALL_PROFILES: tuple[Profile, ...] = (*PROFILES, "vllm-hermes")
+# The profiles that run our re-statement of the vLLM / SGLang parser and prompt code
+# (emulator/upstream.py, emulator/serverside.py; docs/upstream-parsers.md).
+UPSTREAM_PROFILES: tuple[Profile, ...] = ("vllm", "vllm-k25", "sglang", "sglang-noforce")
 # Profiles whose output reconstruction can turn back into the exact ids (with the breaking knobs
-# at 0); `stripped` deletes the tool markers and is unrecoverable on purpose.
+# at 0, thinking on, non-streaming); `stripped` deletes the tool markers on purpose, and the
+# upstream profiles lose text on some paths (docs/upstream-parsers.md), e.g. `sglang-noforce`
+# returns K2.5's reasoning unsplit and `vllm-k25` reads instant answers as reasoning.
 RECOVERABLE_PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "sglang", "moonshot", "raw")
 
 LatencyKind = Literal["fixed", "lognormal"]
@@ -33,16 +43,28 @@ _RATE_FIELDS = (
     "tool_args_whitespace_rate",
     "no_content_before_calls_rate",
     "wrong_tool_index_rate",
+    "section_in_think_rate",
+    "text_after_section_rate",
+    "tool_id_whitespace_rate",
+    "section_whitespace_rate",
+    "bare_tool_id_rate",
+    "batch_failure_rate",
+    "batch_expire_rate",
+    "batch_discount",
 )
 
 
 @dataclass(frozen=True)
 class EmulatorConfig:
-    """One emulated Kimi K2.5 deployment behind one provider."""
+    """One emulated model deployment behind one provider."""
 
     profile: Profile = "openrouter"
     seed: int = 0
     model: str = "moonshotai/kimi-k2.5"
+    # The model's chat format (specregen/models/registry.py); None: the one `model` names. A
+    # format with its own served side (qwen3) answers through emulator/served.py, with the
+    # profiles `vllm-hermes` and `openrouter`; K2.5 through generate/upstream/profiles.
+    format: str | None = None
     # The upstream named in OpenRouter's `provider` field and first in the endpoints list.
     provider_name: str = "Moonshot AI"
     quantization: str = "int4"
@@ -82,6 +104,15 @@ class EmulatorConfig:
     tool_args_whitespace_rate: float = 0.0
     no_content_before_calls_rate: float = 0.0
     wrong_tool_index_rate: float = 0.0
+    # Shapes K2.5 writes that the upstream parsers treat unevenly (docs/upstream-parsers.md):
+    # a tool section opened before `</think>` (reasoning never closed), text after
+    # `<|tool_calls_section_end|>`, whitespace around a call id, newlines between the section's
+    # markers, and an id without the `functions.` prefix.
+    section_in_think_rate: float = 0.0
+    text_after_section_rate: float = 0.0
+    tool_id_whitespace_rate: float = 0.0
+    section_whitespace_rate: float = 0.0
+    bare_tool_id_rate: float = 0.0
 
     # Billing and access.
     price_prompt: float = 6e-7  # credits per prompt token
@@ -89,12 +120,23 @@ class EmulatorConfig:
     require_key: str | None = field(default=None, repr=False)
     credits_exhausted: bool = False
 
+    # Batch APIs (emulator/batch.py): seconds until a batch finishes, the share of its requests
+    # that fail (500) or are left unprocessed when it expires, and the batch price as a share
+    # of the realtime price (OpenRouter: 0.5, Moonshot: 0.6).
+    batch_delay: float = 0.0
+    batch_failure_rate: float = 0.0
+    batch_expire_rate: float = 0.0
+    batch_discount: float = 0.5
+    # Seconds between creating a batch and answering its POST (a client killed meanwhile has
+    # a batch it never heard of: the crash case of batch submission).
+    batch_submit_delay: float = 0.0
+
     # Generated completions kept per request (an LRU), so retries and repeats cost nothing.
     max_cached: int = 4096
 
     def __post_init__(self) -> None:
-        if self.profile not in PROFILES:
-            raise ValueError(f"profile {self.profile!r} is not one of {', '.join(PROFILES)}")
+        if self.profile not in ALL_PROFILES:
+            raise ValueError(f"profile {self.profile!r} is not one of {', '.join(ALL_PROFILES)}")
         if self.latency not in ("fixed", "lognormal"):
             raise ValueError(f"latency {self.latency!r} is neither 'fixed' nor 'lognormal'")
         for name in _RATE_FIELDS:
@@ -102,7 +144,8 @@ class EmulatorConfig:
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} is {value}; a rate must be between 0 and 1")
         for name in ("latency_mean", "latency_sigma", "latency_scale", "stall_seconds",
-                     "length_sigma", "price_prompt", "price_completion"):
+                     "length_sigma", "price_prompt", "price_completion", "batch_delay",
+                     "batch_submit_delay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} is {getattr(self, name)}; it must not be negative")
         for name in ("reasoning_tokens_mean", "content_tokens_mean", "max_cached",

@@ -43,6 +43,8 @@ from specregen.normalize import thinking_from_request
 
 SegmentKind = Literal[
     "reasoning",
+    "section_text",  # whitespace the model wrote between a tool section's markers
+    "after_section",  # text after `<|tool_calls_section_end|>`
     "think_end",
     "content",
     "section_begin",
@@ -54,7 +56,8 @@ SegmentKind = Literal[
     "section_end",
     "im_end",
 ]
-TEXT_KINDS = frozenset({"reasoning", "content", "call_id", "arguments"})
+TEXT_KINDS = frozenset({"reasoning", "content", "call_id", "arguments", "section_text",
+                        "after_section"})
 
 # Request fields that change how an answer is delivered, not what the model writes.
 DELIVERY_FIELDS = frozenset(
@@ -297,34 +300,52 @@ def generate(
     config: EmulatorConfig,
     key: bytes,
     splitter: BpeSplitter | None = None,
+    server_prompt: tuple[Sequence[int], bool] | None = None,
 ) -> Generation:
-    """The completion the emulated model writes for `request` (validated by the caller)."""
+    """The completion the emulated model writes for `request` (validated by the caller).
+
+    `server_prompt` is the prompt ids and thinking mode a server-side renderer produced
+    (emulator/serverside.py); without it the prompt is our own K2.5 renderer's.
+    """
     rng = random.Random(request_seed(config.seed, key))
+    # The shape knobs draw from their own stream, so with them at 0 a request gets exactly the
+    # completion it got before they existed.
+    shapes = random.Random(request_seed(config.seed, key) ^ 0x5EC7)
     messages = request["messages"]
-    requested = thinking_from_request(request)
-    thinking = True if requested is None else requested
-    prompt_ids = fmt.encode_prompt(messages, request.get("tools") or None, thinking=thinking)
+    if server_prompt is not None:
+        prompt_ids, thinking = list(server_prompt[0]), server_prompt[1]
+    else:
+        requested = thinking_from_request(request)
+        thinking = True if requested is None else requested
+        prompt_ids = fmt.encode_prompt(messages, request.get("tools") or None, thinking=thinking)
     tools = declared_tools(request)
     history = count_history_tool_calls(messages)
 
-    calls = _plan_calls(rng, request, tools, history, config)
+    calls = _plan_calls(rng, request, tools, history, config, shapes)
     reasoning = None
     if thinking:
         reasoning = textgen.prose(rng, _length(rng, config.reasoning_tokens_mean, config))
         reasoning = _lead(rng, config) + reasoning
     content = _content(rng, config, bool(calls))
+    # Drawn unconditionally so that turning one shape on leaves the other draws as they were.
+    in_think = shapes.random() < config.section_in_think_rate and thinking and bool(calls)
+    after = _after_section(shapes, config) if calls else ""
 
     enc = fmt.tok.encode_ordinary
     marker = fmt.ids
     segments: list[Segment] = []
     if reasoning is not None:
         segments.append(Segment("reasoning", reasoning, tuple(enc(reasoning))))
-        segments.append(Segment("think_end", THINK_END, (marker[THINK_END],)))
-    if content:
+        if not in_think:
+            segments.append(Segment("think_end", THINK_END, (marker[THINK_END],)))
+    if content and not in_think:
         segments.append(Segment("content", content, tuple(enc(content))))
     if calls:
         segments.append(Segment("section_begin", SECTION_BEGIN, (marker[SECTION_BEGIN],)))
         for i, call in enumerate(calls):
+            gap = "\n" if shapes.random() < config.section_whitespace_rate else ""
+            if gap:
+                segments.append(Segment("section_text", gap, tuple(enc(gap)), i))
             segments += [
                 Segment("call_begin", CALL_BEGIN, (marker[CALL_BEGIN],), i),
                 Segment("call_id", call.id, tuple(enc(call.id)), i),
@@ -333,6 +354,8 @@ def generate(
                 Segment("call_end", CALL_END, (marker[CALL_END],), i),
             ]
         segments.append(Segment("section_end", SECTION_END, (marker[SECTION_END],)))
+        if after:
+            segments.append(Segment("after_section", after, tuple(enc(after))))
     segments.append(Segment("im_end", IM_END, (marker[IM_END],)))
 
     if config.noncanonical_rate > 0:
@@ -362,6 +385,12 @@ def _lead(rng: random.Random, config: EmulatorConfig) -> str:
     return ""
 
 
+def _after_section(rng: random.Random, config: EmulatorConfig) -> str:
+    if rng.random() >= config.text_after_section_rate:
+        return ""
+    return rng.choice(["\n", " ", "\n\n" + textgen.prose(rng, rng.randint(4, 12))])
+
+
 def _content(rng: random.Random, config: EmulatorConfig, has_calls: bool) -> str:
     if has_calls:
         if rng.random() < config.no_content_before_calls_rate:
@@ -379,6 +408,7 @@ def _plan_calls(
     tools: list[ToolSpec],
     history: int,
     config: EmulatorConfig,
+    shapes: random.Random,
 ) -> list[PlannedCall]:
     # Drawn first and always: without a call, the text is the same whatever the tool knobs.
     roll = rng.random()
@@ -412,7 +442,12 @@ def _plan_calls(
         arguments = textgen.arguments(rng, tool.parameters)
         if rng.random() < config.tool_args_whitespace_rate:
             arguments = rng.choice([" ", "\n"]) + arguments + rng.choice(["", " ", "\n"])
-        calls.append(PlannedCall(f"functions.{tool.name}:{index}", tool.name, arguments))
+        call_id = f"functions.{tool.name}:{index}"
+        if shapes.random() < config.bare_tool_id_rate:
+            call_id = f"{tool.name}:{index}"
+        if shapes.random() < config.tool_id_whitespace_rate:
+            call_id = shapes.choice([" ", "\n"]) + call_id + shapes.choice(["", " ", "\n"])
+        calls.append(PlannedCall(call_id, tool.name, arguments))
     return calls
 
 

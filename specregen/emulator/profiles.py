@@ -1,14 +1,15 @@
 """How each provider returns a Kimi K2.5 completion: the message fields, the body, the stream.
 
-What each profile does comes from SPEC sections 3-5 (reasoning field; tool calls; content):
-
+* `vllm`, `vllm-k25`, `sglang`, `sglang-noforce`: the completion's decoded text goes through our
+  re-statement of the upstream parsers (emulator/upstream.py; docs/upstream-parsers.md), plain
+  and streamed each on its own path, and the prompt is the server's own rendering
+  (emulator/serverside.py). `vllm` is vLLM with `--reasoning-parser kimi_k2
+  --tool-call-parser kimi_k2` as of the K2.5 release; `vllm-k25` the same with the `kimi_k25`
+  reasoning parser; `sglang` a current SGLang (reasoning forced unless the request turned
+  thinking off); `sglang-noforce` an SGLang whose Kimi detector is not forced.
 * `openrouter`: `reasoning` + `reasoning_details`; structured calls only when `tools` was sent,
   id and arguments trimmed; an empty content is "". Also `provider`, `native_finish_reason`,
   `usage.cost`, the `X-Generation-Id` header and `: OPENROUTER PROCESSING` comments.
-* `vllm`: `reasoning`; structured when `tools` was sent, trimmed; the literal `(no content)` is
-  deleted from content and blank content becomes null.
-* `sglang`: `reasoning_content`; structured when `tools` was sent, trimmed, ids renumbered
-  `functions.{name}:{history_count + i}`; empty content is null.
 * `moonshot`: `reasoning_content`; structured when `tools` was sent, verbatim; empty content "".
 * `raw`: `reasoning_content`; calls never parsed: the marker text stays in `content`.
 * `stripped`: `reasoning`; the marker strings are deleted from the text (unrecoverable on
@@ -26,9 +27,12 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any
 
+from specregen.emulator import upstream
 from specregen.emulator.config import Profile
-from specregen.emulator.generate import NO_CONTENT, CompletionView, Generation
+from specregen.emulator.generate import CompletionView, Generation
+from specregen.emulator.upstream import MarkerIds, Server
 from specregen.models.kimi_k25 import TOOL_MARKERS
+from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import reasoning_excluded
 
 
@@ -38,28 +42,30 @@ class ProfileSpec:
     reasoning_field: str
     parse_tools: bool  # structured `tool_calls` when the request sent `tools`
     trim_tool_calls: bool  # the parser's `\s*` around ids and arguments
-    renumber_tool_ids: bool  # SGLang's `functions.{name}:{history_count + i}`
-    drop_no_content: bool  # vLLM's content filter
     empty_content: str | None  # what an empty content is returned as
     strip_markers: bool
     openrouter: bool  # OpenRouter's extra fields, header and keep-alive comments
+    server: Server | None  # the upstream parser code this profile runs (emulator/upstream.py)
 
 
 def _spec(name: Profile, reasoning_field: str, **kwargs: Any) -> ProfileSpec:
-    defaults: dict[str, Any] = dict(parse_tools=True, trim_tool_calls=True,
-                                    renumber_tool_ids=False, drop_no_content=False,
-                                    empty_content=None, strip_markers=False, openrouter=False)
+    defaults: dict[str, Any] = dict(parse_tools=True, trim_tool_calls=True, empty_content=None,
+                                    strip_markers=False, openrouter=False, server=None)
     return ProfileSpec(name, reasoning_field, **{**defaults, **kwargs})
 
 
 PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "openrouter": _spec("openrouter", "reasoning", empty_content="", openrouter=True),
-    "vllm": _spec("vllm", "reasoning", drop_no_content=True),
-    "sglang": _spec("sglang", "reasoning_content", renumber_tool_ids=True),
+    "vllm": _spec("vllm", "reasoning", server="vllm"),
+    "vllm-k25": _spec("vllm-k25", "reasoning", server="vllm-k25"),
+    "sglang": _spec("sglang", "reasoning_content", server="sglang"),
+    "sglang-noforce": _spec("sglang-noforce", "reasoning_content", server="sglang-noforce"),
     "moonshot": _spec("moonshot", "reasoning_content", trim_tool_calls=False, empty_content=""),
     "raw": _spec("raw", "reasoning_content", parse_tools=False, trim_tool_calls=False),
     "stripped": _spec("stripped", "reasoning", parse_tools=False, trim_tool_calls=False,
                       strip_markers=True),
+    # vLLM with a format's own parsers (emulator/served.py; Qwen3: qwen3 + hermes).
+    "vllm-hermes": _spec("vllm-hermes", "reasoning"),
 }
 
 
@@ -91,9 +97,15 @@ class ResponseMeta:
 
 
 def render_message(
-    spec: ProfileSpec, view: CompletionView, gen: Generation, request: dict[str, Any]
+    spec: ProfileSpec, view: CompletionView, gen: Generation, request: dict[str, Any],
+    *, tok: Tokenizer | None = None, stream: bool = False,
 ) -> Message:
-    """What the provider's parsers make of the completion."""
+    """What the provider's parsers make of the completion (`stream`: of its streamed deltas;
+    only the upstream profiles treat the two differently, and they need the tokenizer)."""
+    if spec.server is not None:
+        if tok is None:
+            raise ValueError(f"profile {spec.name} decodes the completion: pass the tokenizer")
+        return _server_message(spec.server, view, request, tok, stream)
     reasoning = view.reasoning
     if spec.openrouter and reasoning_excluded(request):
         reasoning = None
@@ -102,16 +114,11 @@ def render_message(
     calls: tuple[OutCall, ...] = ()
     if view.made_calls and content is not None:
         if spec.parse_tools and request.get("tools"):
-            calls = tuple(_out_call(spec, call, gen.history_tool_calls + i)
-                          for i, call in enumerate(view.calls))
+            calls = tuple(_out_call(spec, call) for call in view.calls)
         elif spec.strip_markers:
             content += strip_markers(view.section_text)
         else:
             content += view.section_text
-    if content is not None and spec.drop_no_content:
-        content = content.replace(NO_CONTENT, "")
-        if not content.strip():
-            content = None
     if content == "":
         content = spec.empty_content
     if view.truncated:
@@ -123,18 +130,28 @@ def render_message(
     return Message(reasoning, content, calls, finish)
 
 
+def _server_message(server: Server, view: CompletionView, request: dict[str, Any],
+                    tok: Tokenizer, stream: bool) -> Message:
+    out = upstream.decode_output(view.ids, tok, view.truncated)
+    parsed = upstream.parse(server, out, request, MarkerIds.of(tok), stream=stream)
+    content = parsed.content
+    if stream and content is None:
+        # Both servers open a stream with `content: ""` in the role chunk.
+        content = ""
+    calls = tuple(OutCall(c.id, c.name, c.arguments) for c in parsed.calls)
+    return Message(parsed.reasoning, content, calls, parsed.finish_reason)
+
+
 def strip_markers(text: str) -> str:
     for marker in TOOL_MARKERS:
         text = text.replace(marker, "")
     return text
 
 
-def _out_call(spec: ProfileSpec, call: Any, index: int) -> OutCall:
+def _out_call(spec: ProfileSpec, call: Any) -> OutCall:
     call_id, arguments = call.id, call.arguments
     if spec.trim_tool_calls:
         call_id, arguments = call_id.strip(), arguments.strip()
-    if spec.renumber_tool_ids:
-        call_id = f"functions.{call.name}:{index}"
     return OutCall(call_id, call.name, arguments)
 
 

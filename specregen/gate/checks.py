@@ -9,29 +9,15 @@ model wrote before the cut.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from specregen.gate.config import GateConfig
 from specregen.gate.declared import Declared, declared_tools
 from specregen.jsonkind import json_kind
-from specregen.models.kimi_k25 import (
-    ARG_BEGIN,
-    CALL_BEGIN,
-    CALL_END,
-    IM_END,
-    SECTION_BEGIN,
-    SECTION_END,
-    THINK,
-    THINK_END,
-    TOOL_MARKERS,
-    KimiK25,
-    count_history_tool_calls,
-    find_tool_section,
-)
+from specregen.models.chat_format import ChatFormat
 from specregen.reconstruct import TRUST_BREAKING_FLAGS
-from specregen.records import TokenSample, ToolCall
+from specregen.records import EVIDENCE_LEVELS, TokenSample, ToolCall
 from specregen.sources._common import strict_json_loads
 
 CHECKS = (
@@ -45,12 +31,9 @@ CHECKS = (
     "marker_text",
     "finish_reason",
     "usage_lengths",
+    "evidence",
 )
 
-MARKER_STRINGS = (*TOOL_MARKERS, THINK, THINK_END)
-_STRUCTURE_TOKENS = (*TOOL_MARKERS, THINK, THINK_END, IM_END)
-# The template's counter writes plain decimal indices, never "07" or non-ASCII digits.
-_TOOL_ID = re.compile(r"functions\.(?P<name>[^:\s]+):(?P<idx>0|[1-9][0-9]*)")
 _EXCERPT_CHARS = 160
 
 
@@ -87,7 +70,7 @@ class GateDecision:
         return [str(r) for r in self.reasons]
 
 
-def check_sample(sample: TokenSample, fmt: KimiK25, config: GateConfig) -> GateDecision:
+def check_sample(sample: TokenSample, fmt: ChatFormat, config: GateConfig) -> GateDecision:
     """Run every check on one sample."""
     if sample.status == "error":
         detail = f"error: {sample.error or 'reconstruction failed'}"
@@ -96,15 +79,14 @@ def check_sample(sample: TokenSample, fmt: KimiK25, config: GateConfig) -> GateD
     if sample.status != "ok":
         reasons.append(_reconstruction(sample))
     ids = sample.input_ids[sample.prompt_len :]
-    counts = _special_counts(ids, fmt)
     truncated = sample.finish_reason == "length"
     calls = sample.tool_calls
-    # How many calls are whole: a cut may leave the last one without its argument marker
-    # (id cut) or without its end marker (arguments cut).
-    with_id = _whole(calls, counts[ARG_BEGIN], truncated)
-    with_args = _whole(calls, counts[CALL_END], truncated)
+    # The format's layout rules; how many calls are whole (a cut may leave the last one open).
+    structure = fmt.call_structure(ids, n_calls=len(calls), thinking=bool(sample.thinking),
+                                   truncated=truncated)
+    with_id, with_args = structure.whole_ids, structure.whole_args
 
-    trip = _round_trip(sample, fmt, ids, counts, truncated)
+    trip = _round_trip(sample, fmt, ids, structure.problems, truncated)
     hard = trip is not None and sample.status == "ok"
     declared = declared_tools(sample.tools, sample.messages)
     schema_reasons, quirks = _arguments(calls[:with_args], declared)
@@ -112,28 +94,15 @@ def check_sample(sample: TokenSample, fmt: KimiK25, config: GateConfig) -> GateD
         trip,
         *schema_reasons,
         _names(calls[:with_id], declared),
-        _tool_ids(calls[:with_id], sample.messages),
-        _marker_text(sample),
+        _tool_ids(calls[:with_id], sample.messages, fmt),
+        _marker_text(sample, fmt),
         _finish_reason(sample, len(calls), config),
         _usage(sample, config),
+        _evidence(sample, config),
     ):
         if reason is not None:
             reasons.append(reason)
     return GateDecision(sample.sample_id, tuple(reasons), hard, quirks)
-
-
-def _special_counts(ids: list[int], fmt: KimiK25) -> dict[str, int]:
-    # Added tokens sit above the BPE ranks (check_tokenizer makes sure): one pass picks out the
-    # few of them, where counting each token over the whole list would take a pass per token.
-    base = fmt.tok.base_vocab_size
-    specials = [t for t in ids if t >= base]
-    return {name: specials.count(fmt.ids[name]) for name in _STRUCTURE_TOKENS}
-
-
-def _whole(calls: list[ToolCall], closing_markers: int, truncated: bool) -> int:
-    if truncated and calls and closing_markers < len(calls):
-        return len(calls) - 1
-    return len(calls)
 
 
 # --- reconstruction ---------------------------------------------------------------------------
@@ -149,10 +118,10 @@ def _reconstruction(sample: TokenSample) -> Reason:
 
 
 def _round_trip(
-    sample: TokenSample, fmt: KimiK25, ids: list[int], counts: dict[str, int], truncated: bool
+    sample: TokenSample, fmt: ChatFormat, ids: list[int], problems: list[str], truncated: bool
 ) -> Reason | None:
-    """Decode the completion, parse its tool section back, compare with what the API returned."""
-    problems = _structure(sample, ids, counts, fmt, truncated)
+    """Decode the completion, parse its calls back, compare with what the API returned."""
+    problems = list(problems)
     try:
         text = fmt.tok.decode(ids)
     except KeyError as exc:
@@ -161,64 +130,34 @@ def _round_trip(
             f"the completion ids do not decode with tokenizer {fmt.tok.name!r} ({exc.args[0]}); "
             "were they built with another tokenizer?",
         )
-    section = find_tool_section(text, allow_partial=truncated)
-    back = section.calls if section is not None else []
-    problems += _compare_calls(back, sample.api_tool_calls, sample.tool_calls)
+    parsed = fmt.parse_tool_calls(text, truncated=truncated)
+    back = parsed.calls if parsed is not None else []
+    problems += _compare_calls(back, sample.api_tool_calls, sample.tool_calls, fmt)
     if not problems:
         return None
-    start = section.start if section is not None else max(0, text.find(SECTION_BEGIN))
+    start = parsed.start if parsed is not None else max(0, text.find(fmt.calls_open))
     more = f" (+{len(problems) - 2} more)" if len(problems) > 2 else ""
     return Reason("round_trip", _clip("; ".join(problems[:2]) + more), _excerpt(text[start:]))
 
 
-def _structure(
-    sample: TokenSample, ids: list[int], counts: dict[str, int], fmt: KimiK25, truncated: bool
-) -> list[str]:
-    """Special ids where the completion layout puts them, and nowhere else."""
-    problems = []
-    n = len(sample.tool_calls)
-    if counts[THINK]:
-        problems.append(f"{THINK} id inside the completion (it is prefilled in the prompt)")
-    if truncated and counts[IM_END]:
-        problems.append(f"a truncated completion holds {IM_END}")
-    if not truncated and (counts[IM_END] != 1 or ids[-1:] != [fmt.ids[IM_END]]):
-        problems.append(f"{IM_END} is not the one last id ({counts[IM_END]} found)")
-    if counts[THINK_END] > (1 if sample.thinking else 0):
-        problems.append(f"{counts[THINK_END]} {THINK_END} id(s) in a completion with "
-                        f"thinking={'on' if sample.thinking else 'off'}")
-    begin, call, arg, end, close = (counts[m] for m in (SECTION_BEGIN, CALL_BEGIN, ARG_BEGIN,
-                                                         CALL_END, SECTION_END))
-    if n == 0:
-        expected_ok = call == arg == end == close == 0 and begin <= (1 if truncated else 0)
-    elif not truncated:
-        expected_ok = begin == close == 1 and call == arg == end == n
-    else:
-        expected_ok = (begin == 1 and call == n and n - 1 <= end <= arg <= n
-                       and close <= 1 and (close == 0 or end == n))
-    if not expected_ok:
-        problems.append(
-            f"marker ids (section {begin}/{close}, call {call}, argument {arg}, end {end}) do "
-            f"not fit {n} call(s)"
-        )
-    return problems
-
-
-def _compare_calls(back: list[ToolCall], api: list[ToolCall], ours: list[ToolCall]) -> list[str]:
+def _compare_calls(back: list[ToolCall], api: list[ToolCall], ours: list[ToolCall],
+                   fmt: ChatFormat) -> list[str]:
     problems = []
     if not len(back) == len(api) == len(ours):
         problems.append(f"{len(back)} call(s) parse back from the ids, the API returned "
                         f"{len(api)}, the ids were built from {len(ours)}")
     for k, (got, sent, built) in enumerate(zip(back, api, ours, strict=False)):
-        if got.id != built.id.strip():
+        if fmt.tool_id_in_tokens and got.id != built.id.strip():
             problems.append(f"call {k}: id {got.id!r} parses back, {built.id.strip()!r} was built")
         if got.name != sent.name:
             problems.append(f"call {k}: name {got.name!r} parses back from the id, the API "
                             f"returned {sent.name!r}")
-        expected = sent.arguments.strip()
-        if got.arguments != expected:
-            at = _first_difference(got.arguments, expected)
+        got_args = fmt.comparable_arguments(got.arguments)
+        expected = fmt.comparable_arguments(sent.arguments)
+        if got_args != expected:
+            at = _first_difference(got_args, expected)
             problems.append(f"call {k}: arguments differ from the API's at character {at} "
-                            f"({got.arguments[at : at + 20]!r} vs {expected[at : at + 20]!r})")
+                            f"({got_args[at : at + 20]!r} vs {expected[at : at + 20]!r})")
     return problems
 
 
@@ -300,19 +239,9 @@ def _names(calls: list[ToolCall], declared: Declared) -> Reason | None:
     return Reason("name_declared", _clip(detail), _excerpt(calls[0].arguments))
 
 
-def _tool_ids(calls: list[ToolCall], messages: list[dict[str, Any]] | None) -> Reason | None:
-    first = count_history_tool_calls(messages or [])
-    problems = []
-    for k, call in enumerate(calls):
-        match = _TOOL_ID.fullmatch(call.id)
-        if match is None:
-            problems.append(f"call {k}: id {call.id!r} is not functions.NAME:IDX")
-        elif match["name"] != call.name:
-            problems.append(f"call {k}: id {call.id!r} names {match['name']!r}, the call is "
-                            f"{call.name!r}")
-        elif int(match["idx"]) != first + k:
-            problems.append(f"call {k}: id {call.id!r} has index {match['idx']}, expected "
-                            f"{first + k} ({first} earlier call(s) in the conversation)")
+def _tool_ids(calls: list[ToolCall], messages: list[dict[str, Any]] | None,
+              fmt: ChatFormat) -> Reason | None:
+    problems = fmt.tool_id_problems(calls, messages)
     if not problems:
         return None
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -322,19 +251,18 @@ def _tool_ids(calls: list[ToolCall], messages: list[dict[str, Any]] | None) -> R
 # --- text, finish reason, usage ---------------------------------------------------------------
 
 
-def _marker_text(sample: TokenSample) -> Reason | None:
+def _marker_text(sample: TokenSample, fmt: ChatFormat) -> Reason | None:
+    if sample.evidence == "reference":
+        return None  # the server's own ids matched: the marker text is what the model wrote
     fields = [("reasoning", sample.reasoning), ("content", sample.content)]
     fields += [(f"call {k} arguments", c.arguments) for k, c in enumerate(sample.tool_calls)]
     for where, text in fields:
-        # One scan for the two shapes rules out the common case before the exact search.
-        if not text or ("<|tool_call" not in text and "think>" not in text):
-            continue
-        for marker in MARKER_STRINGS:
+        marker = fmt.find_marker_text(text)
+        if marker is not None:
             at = text.find(marker)
-            if at != -1:
-                window = text[max(0, at - 60) : at + len(marker) + 60]
-                return Reason("marker_text", f"{where} holds the marker text {marker}",
-                              _excerpt(window))
+            window = text[max(0, at - 60) : at + len(marker) + 60]
+            return Reason("marker_text", f"{where} holds the marker text {marker}",
+                          _excerpt(window))
     return None
 
 
@@ -363,20 +291,30 @@ def _finish_reason(sample: TokenSample, n_calls: int, config: GateConfig) -> Rea
 
 def _usage(sample: TokenSample, config: GateConfig) -> Reason | None:
     problems = []
+    tol = config.tolerance
     delta = sample.usage_prompt_delta
-    if delta is not None and abs(delta) > config.prompt_tolerance:
+    if delta is not None and abs(delta) > tol.prompt:
         problems.append(f"prompt {sample.prompt_len} tokens, usage says {sample.prompt_len - delta}"
-                        f" ({delta:+d}, allowed ±{config.prompt_tolerance})")
+                        f" ({delta:+d}, allowed ±{tol.prompt})")
     delta = sample.usage_completion_delta
     if delta is not None:
         reported = sample.completion_len - delta
-        allowed = max(config.completion_tolerance_abs, config.completion_tolerance_rel * reported)
+        allowed = tol.completion_allowed(reported)
         if abs(delta) > allowed:
             problems.append(f"completion {sample.completion_len} tokens, usage says {reported} "
                             f"({delta:+d}, allowed ±{allowed:g})")
     if not problems:
         return None
     return Reason("usage_lengths", "; ".join(problems))
+
+
+def _evidence(sample: TokenSample, config: GateConfig) -> Reason | None:
+    # Files written before evidence existed say nothing: that is no evidence.
+    have = sample.evidence or "none"
+    if EVIDENCE_LEVELS.index(have) <= EVIDENCE_LEVELS.index(config.min_evidence):
+        return None
+    return Reason("evidence", f"evidence `{have}`, the dataset needs `{config.min_evidence}` or "
+                              "stronger")
 
 
 def _excerpt(text: str | None) -> str:

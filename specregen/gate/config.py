@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from specregen.records import EVIDENCE_LEVELS, UsageTolerance
+
+if TYPE_CHECKING:
+    from specregen.reconstruct import ReconstructConfig
+
+_TOLERANCE = UsageTolerance()
 # Keys a pipeline config might use to try to skip the gate; refused with a clear message rather
 # than "unknown key", so nobody goes looking for the right spelling.
 _DISABLING_KEYS = frozenset({"enabled", "enable", "disabled", "skip", "bypass", "off"})
@@ -23,11 +29,14 @@ class GateConfig:
     # Providers that leave the markers in `content` report `stop` although the model called a
     # tool; a dataset from such a provider can opt in to tolerating that.
     allow_stop_with_calls: bool = False
-    # Same defaults as `ReconstructConfig`: the prompt is deterministic, the completion may split
-    # text non-canonically and engines differ on counting the stop token.
-    prompt_tolerance: int = 0
-    completion_tolerance_abs: int = 4
-    completion_tolerance_rel: float = 0.02
+    # Usage tolerances: the one place both reconstruction (`reconstruct_config()`) and the gate
+    # take them from; defaults from `records.UsageTolerance`.
+    prompt_tolerance: int = _TOLERANCE.prompt
+    completion_tolerance_abs: int = _TOLERANCE.completion_abs
+    completion_tolerance_rel: float = _TOLERANCE.completion_rel
+    # The weakest evidence an accepted sample may have (docs/evidence.md): `reference`,
+    # `usage_exact`, `usage_tolerated` or `none`.
+    min_evidence: str = "usage_tolerated"
     # Report size: failing examples kept per check, tool names listed.
     examples_per_check: int = 3
     tools_in_report: int = 25
@@ -35,7 +44,7 @@ class GateConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"bool": bool, "int": int, "float": (int, float)}[str(f.type)]
+            expected = {"bool": bool, "int": int, "float": (int, float), "str": str}[str(f.type)]
             if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
                 raise ValueError(f"gate setting {f.name} must be a {f.type}, got {value!r}")
         if not 0.0 <= self.max_quarantine_share <= 1.0:
@@ -50,6 +59,21 @@ class GateConfig:
             raise ValueError(
                 f"completion_tolerance_rel must be >= 0, got {self.completion_tolerance_rel}"
             )
+        if self.min_evidence not in EVIDENCE_LEVELS:
+            raise ValueError(f"min_evidence must be one of {', '.join(EVIDENCE_LEVELS)}, got "
+                             f"{self.min_evidence!r}")
+
+    @property
+    def tolerance(self) -> UsageTolerance:
+        return UsageTolerance(self.prompt_tolerance, self.completion_tolerance_abs,
+                              self.completion_tolerance_rel)
+
+    def reconstruct_config(self) -> ReconstructConfig:
+        """Reconstruction's settings from the same numbers, so raising a tolerance here raises
+        it for the flags reconstruction sets too."""
+        from specregen.reconstruct import ReconstructConfig
+
+        return ReconstructConfig(tolerance=self.tolerance)
 
     def override(self, values: Mapping[str, Any] | None) -> GateConfig:
         """This config with a dataset's overrides applied; unknown keys are an error."""

@@ -11,14 +11,15 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from specregen.gate.checks import CHECKS, GateDecision, check_sample, parse_arguments
 from specregen.gate.config import GateConfig
-from specregen.models.kimi_k25 import KimiK25
-from specregen.records import TokenSample
+from specregen.models.chat_format import ChatFormat
+from specregen.records import EVIDENCE_LEVELS, TokenSample
 
 Callback = Callable[[TokenSample, GateDecision], None]
+Verdict = Literal["pass", "fail"]
 
 # Past this many distinct names (a model inventing a name per sample), calls count as "other".
 MAX_TRACKED_TOOLS = 10_000
@@ -32,9 +33,10 @@ CHECK_MEANINGS = {
     "schema_invalid": "the declared tool's parameters are not a usable schema",
     "name_declared": "the called function is not declared",
     "tool_id_form": "an id is not `functions.NAME:IDX` with the conversation's index",
-    "marker_text": "marker text (`<\\|tool_call…\\|>`, `<think>`, `</think>`) inside model text",
+    "marker_text": "the format's marker strings written as text inside model text",
     "finish_reason": "`finish_reason` disagrees with the calls present",
     "usage_lengths": "token counts differ from `usage` beyond the tolerance",
+    "evidence": "the ids are proven less strongly than the dataset's `min_evidence`",
 }
 
 
@@ -43,7 +45,7 @@ class GateReport:
     """Everything the gate found on one dataset; plain data, JSON-serialisable."""
 
     dataset: str
-    verdict: str  # "pass" | "fail"
+    verdict: Verdict
     why: list[str]
     totals: dict[str, Any]
     by_check: dict[str, int]
@@ -72,7 +74,7 @@ class GateReport:
 
 def run_gate(
     samples: Iterable[TokenSample],
-    fmt: KimiK25,
+    fmt: ChatFormat,
     config: GateConfig,
     *,
     dataset: str,
@@ -163,6 +165,7 @@ class Tally:
     truncated: int = 0
     no_usage: int = 0
     by_status: Counter[str] = field(default_factory=Counter)
+    accepted_by_evidence: Counter[str] = field(default_factory=Counter)
     by_check: Counter[str] = field(default_factory=Counter)
     flags: Counter[str] = field(default_factory=Counter)
     quirks: Counter[str] = field(default_factory=Counter)
@@ -175,6 +178,8 @@ class Tally:
     def add(self, sample: TokenSample, decision: GateDecision) -> None:
         self.total += 1
         self.accepted += decision.accepted
+        if decision.accepted:
+            self.accepted_by_evidence[sample.evidence or "none"] += 1
         self.hard += decision.hard
         self.by_status[sample.status] += 1
         if sample.flags:
@@ -253,6 +258,9 @@ class Tally:
                 "truncated": self.truncated,
                 "without_usage": self.no_usage,
                 "by_status": dict(sorted(self.by_status.items())),
+                "accepted_by_evidence": {
+                    level: self.accepted_by_evidence.get(level, 0) for level in EVIDENCE_LEVELS
+                },
             },
             by_check={check: self.by_check.get(check, 0) for check in CHECKS},
             reconstruction_flags=dict(self.flags.most_common()),
@@ -272,7 +280,7 @@ class Tally:
 
 def _verdict(
     total: int, quarantined: int, share: float, hard: int, config: GateConfig
-) -> tuple[str, list[str]]:
+) -> tuple[Verdict, list[str]]:
     limit = config.max_quarantine_share
     why = []
     if total == 0:
@@ -324,6 +332,16 @@ def render_markdown(report: GateReport) -> str:
         "",
         "Reconstruction status: "
         + (", ".join(f"`{s}` {c:,}" for s, c in t["by_status"].items()) or "none"),
+        "",
+        "## Accepted samples by evidence",
+        "",
+        "What proves their ids (docs/evidence.md); the dataset accepts "
+        f"`{report.config.get('min_evidence', 'usage_tolerated')}` or stronger.",
+        "",
+        "| evidence | samples | share of accepted |",
+        "|---|---:|---:|",
+        *(f"| `{level}` | {k:,} | {_share(k, t['accepted'])} |"
+          for level, k in t.get("accepted_by_evidence", {}).items()),
         "",
         "## Quarantine reasons by check",
         "",

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import tiktoken
 
+from specregen.errors import UsageError
+
 # Kimi K2 / K2.5 pre-tokenizer (SPEC 1.2): the alternatives are joined with "|" in this order.
 # The `&&` class intersections need tiktoken's fancy-regex; Python's `re` cannot compile this.
 KIMI_PAT_STR = "|".join(
@@ -51,9 +53,11 @@ TOKENIZER_FILES = (
 )
 
 MINI_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "mini_tokenizer"
+# The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`.
+MINI_QWEN3_TOKENIZER_DIR = MINI_TOKENIZER_DIR.parent / "mini_qwen3_tokenizer"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UsageError, ValueError):
     """The tokenizer could not be loaded, or does not have what the format needs."""
 
 
@@ -93,7 +97,7 @@ class Tokenizer:
 
 
 def load_tokenizer(spec: str | Path) -> Tokenizer:
-    """Load a tokenizer from `mini`, a local folder, or a Hugging Face hub id.
+    """Load a tokenizer from `mini` / `mini-qwen3` (bundled), a local folder, or a hub id.
 
     A folder with `tiktoken.model` + `tokenizer_config.json` is read as the Kimi layout; a folder
     with `tokenizer.json` goes through `transformers.AutoTokenizer`. Anything else that is not an
@@ -101,6 +105,8 @@ def load_tokenizer(spec: str | Path) -> Tokenizer:
     """
     if str(spec) == "mini":
         return load_kimi_tiktoken(MINI_TOKENIZER_DIR, name="specregen-mini")
+    if str(spec) == "mini-qwen3":
+        return load_hf_tokenizer(MINI_QWEN3_TOKENIZER_DIR)
     path = Path(spec).expanduser()
     if path.is_dir():
         return _load_folder(path)
@@ -272,6 +278,19 @@ def _split_long_runs(s: str, max_run: int) -> Iterator[str]:
     yield s[start:]
 
 
+def _byte_level_table() -> dict[str, int]:
+    """GPT-2's printable character -> byte map used by ByteLevel tokenizers (inlined:
+    transformers 5 no longer exports `bytes_to_unicode`)."""
+    keep = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    chars = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
+
+
 def load_hf_tokenizer(path: Path) -> Tokenizer:
     """Any tokenizer `transformers.AutoTokenizer` loads, for model families beyond Kimi."""
     from transformers import AutoTokenizer
@@ -291,6 +310,21 @@ def load_hf_tokenizer(path: Path) -> Tokenizer:
 
     def decode_bytes(ids: list[int]) -> bytes:
         return hf.decode(ids, skip_special_tokens=False).encode("utf-8")
+
+    if type(hf.backend_tokenizer.decoder).__name__ == "ByteLevel":
+        # A byte-level BPE token can hold part of a UTF-8 character, which `hf.decode([id])`
+        # turns into U+FFFD: map each token's characters back to its bytes instead, so
+        # token-by-token bytes re-join to the exact text (as Kimi's tiktoken decode does).
+        byte_of = _byte_level_table()
+        id_to_added = {v: k for k, v in added.items()}
+
+        def decode_bytes(ids: list[int]) -> bytes:
+            out = bytearray()
+            for i in ids:
+                name = id_to_added.get(i)
+                out += name.encode() if name is not None else bytes(
+                    byte_of[c] for c in hf.convert_ids_to_tokens(i))
+            return bytes(out)
 
     template = hf.chat_template if isinstance(hf.chat_template, str) else None
     return Tokenizer(

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from specregen.gate import GateReport, run_gate
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
-from specregen.pipeline.reconstruction import kimi_format
+from specregen.pipeline.reconstruction import run_format
+from specregen.progress import Progress
 from specregen.records import TokenSample
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
 from specregen.store.token_samples import read_token_samples, token_samples_bytes
@@ -19,8 +21,11 @@ from specregen.store.token_samples import read_token_samples, token_samples_byte
 STAGE = "gate"
 
 
-def gate_dataset(run: DatasetRun, reconstructed: StageManifest) -> StageManifest:
-    """Run the gate over the dataset; the manifest's `extra` holds the verdict and the report."""
+def gate_dataset(
+    run: DatasetRun, reconstructed: StageManifest, progress: Progress | None = None
+) -> StageManifest:
+    """Run the gate over the dataset; the manifest's `extra` holds the verdict and the report.
+    `progress` counts accepted samples as done and quarantined ones as failed."""
     done = read_manifest(run.store, run.name, STAGE, run.gate_fp)
     if done is not None:
         return done
@@ -56,26 +61,66 @@ def gate_dataset(run: DatasetRun, reconstructed: StageManifest) -> StageManifest
                     yield sample
             flush(shard.path)
 
+    def on_accept(sample: TokenSample, _decision: Any) -> None:
+        accepted.append(sample)
+        if progress is not None:
+            progress.advance(done=1, tokens=sample.completion_len)
+
+    def on_quarantine(sample: TokenSample, decision: Any) -> None:
+        quarantined.append((sample, decision.reason_strings()))
+        if progress is not None:
+            progress.advance(failed=1, tokens=sample.completion_len)
+
     report = run_gate(
         samples(),
-        kimi_format(run.config.tokenizer),
+        run_format(run),
         run.dataset.gate_config(),
         dataset=run.name,
         reference=reference,
-        on_accept=lambda sample, _: accepted.append(sample),
-        on_quarantine=lambda sample, d: quarantined.append((sample, d.reason_strings())),
+        on_accept=on_accept,
+        on_quarantine=on_quarantine,
     )
     run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")
     run.store.write_bytes(report.to_markdown().encode(), run.name, STAGE, run.gate_fp,
                           "report.md")
+    _write_html_report(run, report, shards)
     manifest = StageManifest(
         dataset=run.name, stage=STAGE, fingerprint=run.gate_fp,
         counts=_counts(report), shards=shards,
-        extra={"passed": report.passed, "verdict": "pass" if report.passed else "fail",
-               "why": list(report.why)},
+        extra=GateVerdict(report.passed, tuple(report.why)).to_extra(),
     )
     write_manifest(run.store, manifest)
     return manifest
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The dataset's gate outcome, read from and written to the gate manifest."""
+
+    passed: bool
+    why: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return "pass" if self.passed else "fail"
+
+    def to_extra(self) -> dict[str, Any]:
+        return {"passed": self.passed, "verdict": self.label, "why": list(self.why)}
+
+    @classmethod
+    def of(cls, manifest: StageManifest) -> GateVerdict:
+        extra = manifest.extra
+        return cls(extra.get("passed") is True, tuple(extra.get("why") or ()))
+
+
+def _write_html_report(run: DatasetRun, report: GateReport, shards: list[Shard]) -> None:
+    # report.html beside report.md: the charts, from the shards just written.
+    from specregen.report import render_report
+    from specregen.report.stage import stage_report
+
+    data = stage_report(run, report.to_dict(), shards, run_format(run).tok)
+    run.store.write_bytes(render_report(data).encode(), run.name, STAGE, run.gate_fp,
+                          "report.html")
 
 
 def read_report(run: DatasetRun) -> tuple[dict[str, Any], str]:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specregen.client.engine import ProgressSnapshot, run_inference
+from specregen.client.limits import RequestLimiter
 from specregen.client.secrets import ApiKey
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.prompts import read_chunk
@@ -35,8 +36,14 @@ async def infer_chunk(
     api_key: ApiKey | None,
     concurrency: int | None = None,
     progress: Callable[[ProgressSnapshot], Any] | None = None,
+    wait: bool = True,
+    limiter: RequestLimiter | None = None,
 ) -> dict[str, Any]:
-    """Request what the chunk's raw log lacks; returns the chunk's summary (small, JSON)."""
+    """Request what the chunk's raw log lacks; returns the chunk's summary (small, JSON).
+
+    `endpoint.mode: batch` goes through the batch API (client/batch.py); with `wait=False` it
+    submits, collects what has finished and returns `batches_open` > 0 while batches run (the
+    chunk is not done then: call again later)."""
     done = chunk_inferred(run, chunk)
     if done is not None:
         return done
@@ -45,9 +52,17 @@ async def infer_chunk(
         cfg = cfg.model_copy(update={"concurrency": concurrency})
     prompts = read_chunk(run, chunk)
     async with RawLog(run.rawlog_url(chunk)) as log:
-        summary = await run_inference(prompts, cfg, log, api_key=api_key, progress=progress)
+        if cfg.mode == "batch":
+            from specregen.client.batch import run_batch_inference
+
+            summary = await run_batch_inference(prompts, cfg, log, api_key=api_key,
+                                                progress=progress, wait=wait)
+        else:
+            summary = await run_inference(prompts, cfg, log, api_key=api_key, progress=progress,
+                                          limiter=limiter)
     result = {"chunk": chunk, "prompts": len(prompts), **summary.as_dict()}
-    # Done only when nothing is missing: a budget stop leaves the chunk open for the next run.
-    if summary.stopped_reason is None:
+    # Done only when nothing is missing: a budget stop leaves the chunk open for the next run,
+    # and so do batches still running.
+    if summary.stopped_reason is None and not result.get("batches_open"):
         run.store.write_json(result, *infer_parts(run, chunk))
     return result

@@ -2,33 +2,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 
 import specregen
 from specregen.config import DatasetConfig, PipelineConfig
+from specregen.models.registry import format_source_files
+from specregen.records import ProviderTraits
 from specregen.store.fs import Store
 from specregen.store.manifest import files_fingerprint, fingerprint
 
 CHUNK = "chunk-{:05d}"
 
-# What reconstruction's output depends on besides the tokenizer: these modules' source.
-_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "models")
+# What reconstruction's output depends on besides the tokenizer and the chosen chat format's
+# own files (only that format's: editing another family's code reruns nothing).
+_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "models/tokenizer.py",
+                        "models/chat_format.py", "models/registry.py")
 
 
 def chunk_name(index: int) -> str:
     return CHUNK.format(index)
 
 
-def reconstruction_code_fingerprint() -> str:
+def reconstruction_code_fingerprint(format_name: str) -> str:
     root = Path(specregen.__file__).parent
-    files: list[Path] = []
-    for name in _RECONSTRUCTION_CODE:
-        path = root / name
-        files.extend(sorted(path.rglob("*.py")) if path.is_dir() else [path])
-        if path.is_dir():
-            files.extend(sorted(path.rglob("*.jinja")))
+    files = [root / name for name in _RECONSTRUCTION_CODE]
+    files.extend(format_source_files(format_name))
     return files_fingerprint(files)
 
 
@@ -47,6 +47,9 @@ class DatasetRun:
 
     config: PipelineConfig
     dataset: DatasetConfig
+    # What the endpoint's probe found about its parsers (pipeline/probing.py attaches the
+    # stored profile's); reconstruction depends on them, so they are in its fingerprint.
+    traits: ProviderTraits | None = None
 
     @property
     def name(self) -> str:
@@ -73,8 +76,11 @@ class DatasetRun:
     @cached_property
     def reconstruct_fp(self) -> str:
         return fingerprint("reconstruct", self.prompts_fp, self.endpoint_fp,
-                           reconstruction_code_fingerprint(),
-                           tokenizer_fingerprint(self.config.tokenizer))
+                           self.config.format_name,
+                           reconstruction_code_fingerprint(self.config.format_name),
+                           tokenizer_fingerprint(self.config.tokenizer),
+                           asdict(self.traits) if self.traits is not None else None,
+                           asdict(self.dataset.gate_config().tolerance))
 
     @cached_property
     def gate_fp(self) -> str:

@@ -3,6 +3,8 @@
 Only the final results of the current requests count: a record whose request fingerprint is not
 the one the chunk's prompt gives today (another model, other sampling) is ignored, so changing
 the endpoint never mixes answers. Runs in worker processes; the tokenizer loads once per process.
+The endpoint's provider traits (`run.traits`, from its probe profile) go into reconstruction,
+and so into its fingerprint (`DatasetRun.reconstruct_fp`).
 """
 
 from __future__ import annotations
@@ -13,21 +15,27 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 
 from specregen.client.request import build_request, request_fingerprint
-from specregen.models.kimi_k25 import KimiK25
+from specregen.models.chat_format import ChatFormat
+from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.prompts import read_chunk
 from specregen.reconstruct import reconstruct_records
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
 from specregen.store.rawlog import RawLog
-from specregen.store.token_samples import write_token_samples
+from specregen.store.token_samples import token_file_meta, write_token_samples
 
 STAGE = "reconstruct"
 
 
 @lru_cache(maxsize=4)
-def kimi_format(tokenizer: str) -> KimiK25:
-    return KimiK25(load_tokenizer(tokenizer))
+def chat_format(format_name: str, tokenizer: str) -> ChatFormat:
+    """The config's chat format over its tokenizer, loaded once per process."""
+    return get_format(format_name, load_tokenizer(tokenizer))
+
+
+def run_format(run: DatasetRun) -> ChatFormat:
+    return chat_format(run.config.format_name, run.config.tokenizer)
 
 
 def shard_parts(run: DatasetRun, chunk: int, suffix: str) -> tuple[str, ...]:
@@ -68,8 +76,12 @@ def reconstruct_chunk(run: DatasetRun, chunk: int) -> tuple[Shard, dict[str, int
             yield sample
 
     buffer = io.BytesIO()
+    fmt = run_format(run)
     rows = write_token_samples(
-        counted(reconstruct_records(records, kimi_format(run.config.tokenizer))), buffer
+        counted(reconstruct_records(records, fmt, traits=run.traits,
+                                    config=run.dataset.gate_config().reconstruct_config())),
+        buffer,
+        token_file_meta(fmt, run.config.tokenizer),
     )
     counts["missing"] = len(wanted) - rows  # failed for good, or never answered
     name = chunk_name(chunk) + ".parquet"

@@ -1,11 +1,13 @@
 """The provider probe: before a long paid run, ask the endpoint how it really returns tool calls.
 
     scenarios = build_scenarios(requests=3)
-    profile = probe_endpoint(cfg, key, scenarios, tool_mode="tools", fmt=KimiK25(tok))
+    profile = probe_endpoint(cfg, key, scenarios, tool_mode="tools",
+                             fmt=get_format("kimi-k2.5", tok))
     save_profile(profile, "profile.json")
     require_recoverable_tool_calls(load_profile("profile.json"), "tools")  # or ProbeRefusal
 
-`classify` judges responses (pure), `scenarios` builds the questions, `run` sends them,
+`classify` judges responses (pure), `traits` reads the parser findings off them (what
+reconstruction needs: `profile.traits()`), `scenarios` builds the questions, `run` sends them,
 `refusal` gates `specregen infer --provider-profile`, `command` is `specregen probe`.
 """
 
@@ -13,6 +15,7 @@ from specregen.probe.classify import CallsFinding, classify_calls, observe, summ
 from specregen.probe.command import probe_command
 from specregen.probe.model import (
     Observation,
+    ParserFindings,
     ProfileError,
     ProviderProfile,
     ScenarioResult,
@@ -26,10 +29,12 @@ from specregen.probe.refusal import (
 )
 from specregen.probe.run import ProbeFatalError, build_profile, probe_endpoint, run_scenarios
 from specregen.probe.scenarios import ProbeSetupError, Scenario, build_scenarios
+from specregen.probe.traits import infer_findings
 
 __all__ = [
     "CallsFinding",
     "Observation",
+    "ParserFindings",
     "ProbeFatalError",
     "ProbeRefusal",
     "ProbeSetupError",
@@ -41,6 +46,7 @@ __all__ = [
     "build_scenarios",
     "check_run_against_profile",
     "classify_calls",
+    "infer_findings",
     "load_profile",
     "observe",
     "probe_command",

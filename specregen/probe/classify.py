@@ -34,17 +34,21 @@ from specregen.models.kimi_k25 import (
     CALL_END,
     SECTION_BEGIN,
     SECTION_END,
+    THINK_END,
+    FormatError,
     KimiK25,
+    count_history_tool_calls,
     find_tool_section,
     has_marker_text,
     looks_stripped,
     resolve_tool_id,
 )
-from specregen.normalize import ResponseError, normalize_response
+from specregen.normalize import ResponseError, normalize_response, thinking_from_request
 from specregen.probe.model import (
     ArgumentsCheck,
     ArgumentsJson,
     CallsWhere,
+    ContentKind,
     IdForm,
     Observation,
     ReasoningField,
@@ -60,6 +64,13 @@ _WHERE_RANK = {"none": 0, "structured": 1, "raw_content": 2, "raw_reasoning": 3,
 _ARGS_RANK = {"none": 0, "verbatim": 1, "unknown": 2, "trimmed": 3, "reserialized": 4,
               "changed": 5}
 _WS_RANK = {"none": 0, "kept": 1, "unknown": 2, "lost": 3}
+_ID_INDEX = re.compile(r":(\d+)\s*$")
+# What vLLM's kimi_k2 tool parser deletes from content when the answer has calls (issue 8).
+NO_CONTENT = "(no content)"
+# Flags of the unrepaired assembly that change what is counted, or say the fields are not what
+# the model wrote: such an answer is no base for learning how the provider counts.
+_UNCOUNTABLE_FLAGS = frozenset({"markers_in_text", "tool_calls_in_reasoning",
+                                "think_tag_in_text"})
 _RAW_CALL = re.compile(
     re.escape(CALL_BEGIN) + "(.*?)" + re.escape(ARG_BEGIN) + "(.*?)" + re.escape(CALL_END),
     re.DOTALL,
@@ -186,9 +197,18 @@ def observe(
                            error=f"invalid_response: {exc}", latency_s=latency_s)
     finding = classify_calls(completion)
     id_form, id_example = id_form_of(finding.calls)
+    requested = thinking_from_request(request)
+    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
     obs = Observation(
         index=index,
         ok=True,
+        thinking=requested,
+        content_kind=content_kind_of(_before_section(completion.content, finding)),
+        history_tool_calls=count_history_tool_calls(messages),
+        returned_indices=[id_index(c.id) for c in finding.calls],
+        think_end_in_content=bool(completion.content and THINK_END in completion.content
+                                  and not completion.reasoning),
+        tools_sent=bool(request.get("tools")),
         http_status=http_status,
         calls_where=finding.where,
         tool_calls=len(finding.calls),
@@ -206,6 +226,13 @@ def observe(
         usage_completion_tokens=_count(completion.usage.get("completion_tokens")),
     )
     reference = _reference_ids(response)
+    if reference is not None and fmt is not None:
+        written = fmt.tok.decode(reference)
+        obs.written_indices = [id_index(raw_id) for raw_id, _ in raw_calls_in(written)]
+        obs.wrote_placeholder = wrote_placeholder(written)
+        start = written.find(SECTION_BEGIN)
+        if start != -1 and requested is not False:
+            obs.section_in_think = THINK_END not in written[:start]
     if finding.where == "structured":
         if reference is not None and fmt is not None:
             raw = raw_calls_in(fmt.tok.decode(reference))
@@ -225,7 +252,79 @@ def observe(
         obs.whitespace = "kept" if parsed else "unknown"
     if fmt is not None:
         _count_tokens(obs, request, response, fmt, reference)
+        _count_raw(obs, request, completion, finding, fmt)
     return obs
+
+
+def _before_section(content: str | None, finding: CallsFinding) -> str | None:
+    # Raw markers left in content: the content the model wrote is what precedes them.
+    if finding.where != "raw_content" or not content:
+        return content
+    section = find_tool_section(content, allow_partial=True)
+    return content[: section.start] if section is not None else content
+
+
+def content_kind_of(content: str | None) -> ContentKind:
+    if content is None:
+        return "none"
+    if not content.strip():
+        return "empty"
+    return "placeholder" if content.strip() == NO_CONTENT else "text"
+
+
+def id_index(tool_id: str | None) -> int | None:
+    """The IDX of an id ending in `:IDX` (`functions.f:3`, `f:3`), else None."""
+    match = _ID_INDEX.search(tool_id or "")
+    return int(match.group(1)) if match else None
+
+
+def wrote_placeholder(text: str) -> bool | None:
+    """From the model's own text: whether it wrote `(no content)` before a tool section; None
+    when it wrote no section (nothing a parser could delete then)."""
+    start = text.find(SECTION_BEGIN)
+    if start == -1:
+        return None
+    before = text[:start]
+    cut = before.rfind(THINK_END)
+    return before[cut + len(THINK_END) if cut != -1 else 0 :].strip() == NO_CONTENT
+
+
+def _count_raw(
+    obs: Observation,
+    request: dict[str, Any],
+    completion: Completion,
+    finding: CallsFinding,
+    fmt: KimiK25,
+) -> None:
+    """usage minus the returned fields assembled exactly as returned, and whether that answer
+    is a clean base for counting. Deliberately not `reconstruct`: the probe must see the
+    provider's behaviour, not reconstruction's corrections of it."""
+    obs.placeholder_tokens = len(fmt.tok.encode_ordinary(NO_CONTENT))
+    reported = _count(completion.usage.get("completion_tokens"))
+    thinking = obs.thinking is not False  # the server default is on (SPEC 5)
+    truncated = completion.finish_reason == "length"
+    try:
+        assembled = fmt.assemble(
+            completion.reasoning if thinking else None, completion.content,
+            completion.tool_calls, thinking=thinking, truncated=truncated,
+            first_tool_index=obs.history_tool_calls,
+        )
+    except (FormatError, KeyError, TypeError, AttributeError):
+        return
+    if reported is not None:
+        obs.raw_completion_offset = reported - len(assembled.ids)
+    reasoned = bool(completion.reasoning)
+    obs.countable = (
+        reported is not None
+        and not truncated
+        and finding.where in ("structured", "raw_content", "none")
+        and (finding.where != "raw_content" or bool(finding.raw_section_parsed))
+        and reasoned == thinking  # reasoning dropped, unsplit or forced: not the model's shape
+        and not _UNCOUNTABLE_FLAGS.intersection(assembled.flags)
+        and not obs.think_end_in_content
+        and obs.prompt_offset in (0, None)  # another template or tokenizer: counts say nothing
+        and obs.reference_match in (None, "exact")  # non-canonical splits change counts
+    )
 
 
 def failed_observation(
@@ -341,7 +440,7 @@ def mode_scenarios(thinking: bool | None) -> dict[ToolMode, tuple[str, ...]]:
     # The thinking scenario that matches the run is more evidence for the `tools` mode; the
     # server default is thinking on (SPEC 5).
     matching = "thinking_off" if thinking is False else "thinking_on"
-    return {"tools": ("tools", matching), "system_prompt": ("system_prompt", "glaive")}
+    return {"tools": ("tools", matching, "history"), "system_prompt": ("system_prompt", "glaive")}
 
 
 def recoverable_by_mode(

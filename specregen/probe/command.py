@@ -76,6 +76,9 @@ def probe_command(
         typer.Option("--return-token-ids",
                      help="vLLM: ask for token ids, to check arguments are verbatim"),
     ] = None,
+    chat_format: Annotated[
+        str | None, typer.Option("--format", help="Chat format [default: from --model]")
+    ] = None,
 ) -> None:
     """Probe how an endpoint returns tool calls and reasoning, before a long paid run."""
     from specregen.client.command import _config_file, is_loopback
@@ -95,7 +98,8 @@ def probe_command(
         raise usage_error(f"--tool-mode must be one of {', '.join(TOOL_MODES)}")
     data = _config_file(config, console) if config is not None else {}
     overrides = {"base_url": base_url, "model": model, "dialect": dialect,
-                 "api_key_env": api_key_env, "return_token_ids": return_token_ids}
+                 "api_key_env": api_key_env, "return_token_ids": return_token_ids,
+                 "format": chat_format}
     data.update({k: v for k, v in overrides.items() if v is not None})
     routing = {
         "order": _csv(provider_order),
@@ -111,13 +115,19 @@ def probe_command(
         cfg = EndpointConfig.load(data)
     except ConfigError as exc:
         raise usage_error(str(exc)) from None
+    from specregen.models.registry import reads_provider_traits
+
+    if not reads_provider_traits(cfg.format_name):
+        raise usage_error(f"the {cfg.format_name} format reads no provider traits: its "
+                          "reconstruction needs no probe (the probe's scenarios and "
+                          "classification are the K2.5 format's)")
 
     key = ApiKey.from_env(cfg.api_key_env)
     if key is None and not is_loopback(cfg.base_url):
         raise usage_error(f"environment variable {cfg.api_key_env} is not set; it must hold the"
                           f" API key for {cfg.base_url} (see --api-key-env)")
     try:
-        fmt = _load_format(tokenizer)
+        fmt = _load_format(tokenizer, cfg.format_name)
         glaive = glaive_probe_prompt(glaive_source) if glaive_source else None
         scenarios = build_scenarios(requests, glaive)
     except ProbeSetupError as exc:
@@ -137,15 +147,15 @@ def probe_command(
     print_profile(profile, Console(), out)
 
 
-def _load_format(tokenizer: str | None) -> Any:
+def _load_format(tokenizer: str | None, format_name: str) -> Any:
     if tokenizer is None:
         return None
-    from specregen.models.kimi_k25 import KimiK25
+    from specregen.models.registry import get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
     from specregen.probe.scenarios import ProbeSetupError
 
     try:
-        return KimiK25(load_tokenizer(tokenizer))
+        return get_format(format_name, load_tokenizer(tokenizer))
     except TokenizerError as exc:
         raise ProbeSetupError(str(exc)) from None
 
@@ -227,6 +237,8 @@ def print_profile(profile: ProviderProfile, console: Console, out: Path | None =
     verdict = "[green]yes[/green]" if profile.tool_calls_recoverable else "[red]NO[/red]"
     console.print(f"tool calls recoverable as {profile.tool_mode}: {verdict} (by mode: {modes})")
     console.print(f"reasoning field: {profile.reasoning_field}", highlight=False)
+    console.print(f"probe: {profile.probe_requests} requests, ${profile.probe_cost_usd:.6f}",
+                  highlight=False)
     for note in profile.notes:
         console.print(f"  • {note}", highlight=False, markup=False)
     if out is not None:

@@ -14,8 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from specregen.errors import UsageError
+from specregen.records import ProviderTraits
+
 PROFILE_KIND = "specregen.provider_profile"
-PROFILE_VERSION = 1
+# 2: the parser findings reconstruction needs (`findings`), history and plain scenarios, cost.
+PROFILE_VERSION = 2
 
 ToolMode = Literal["tools", "system_prompt"]
 TOOL_MODES: tuple[ToolMode, ...] = ("tools", "system_prompt")
@@ -26,9 +30,11 @@ IdForm = Literal["functions.NAME:IDX", "other", "none"]
 ArgumentsCheck = Literal["verbatim", "trimmed", "reserialized", "changed", "unknown", "none"]
 ArgumentsJson = Literal["valid", "invalid", "none"]
 Whitespace = Literal["kept", "lost", "unknown", "none"]
+# The returned content: absent/null, "" or blank, exactly the `(no content)` placeholder, text.
+ContentKind = Literal["none", "empty", "placeholder", "text"]
 
 
-class ProfileError(ValueError):
+class ProfileError(UsageError, ValueError):
     """A provider-profile file that cannot be read or is not a profile."""
 
 
@@ -64,6 +70,24 @@ class Observation:
     completion_offset: int | None = None
     reference_match: str | None = None  # when the server returned the completion's token ids
     reconstruct_flags: list[str] = field(default_factory=list)
+    # What the parser findings are read from (see probe/traits.py).
+    thinking: bool | None = None  # what the request asked; None: the server default
+    content_kind: ContentKind = "none"
+    history_tool_calls: int = 0  # earlier calls in the request's conversation
+    returned_indices: list[int | None] = field(default_factory=list)  # IDX of each returned id
+    written_indices: list[int | None] | None = None  # IDX the model wrote (from its token ids)
+    wrote_placeholder: bool | None = None  # the model wrote `(no content)` (from its token ids)
+    placeholder_tokens: int | None = None  # what `(no content)` costs in the probe's tokenizer
+    think_end_in_content: bool = False  # a literal `</think>` in content: reasoning unsplit
+    tools_sent: bool = False  # the request had `tools`: the server's tool parser ran
+    # The model opened its tool section before writing `</think>` (from its token ids).
+    section_in_think: bool | None = None
+    # usage minus the returned fields assembled as they are (no correction of any kind).
+    raw_completion_offset: int | None = None
+    # The answer as returned is a clean base for counting: no flag that changes what is counted.
+    countable: bool = False
+    attempts: int = 0  # requests sent for it, retries included
+    cost_usd: float = 0.0
 
 
 @dataclass(slots=True)
@@ -95,6 +119,23 @@ class ScenarioResult:
 
 
 @dataclass(slots=True)
+class ParserFindings:
+    """What the provider's parsers do to an answer, learned from the probe's answers.
+
+    Each finding is None when the answers could not tell; `evidence` says why, per finding.
+    All but `forces_reasoning` (which is for people) are `ProviderTraits` for reconstruction.
+    """
+
+    renumbers_tool_ids: bool | None = None
+    deletes_no_content: bool | None = None
+    splits_reasoning: bool | None = None
+    counts_stop_token: bool | None = None
+    ends_reasoning_at_tools: bool | None = None  # a section opened in thinking ends it, parsed
+    forces_reasoning: bool | None = None  # reasoning returned although thinking was off
+    evidence: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class ProviderProfile:
     """How one endpoint (model + routing) returns tool calls and reasoning."""
 
@@ -115,11 +156,26 @@ class ProviderProfile:
     reasoning_field: ReasoningField
     providers: list[str]
     notes: list[str]
+    findings: ParserFindings = field(default_factory=ParserFindings)
+    # What the probe itself cost: every request sent (retries included) and its USD.
+    probe_requests: int = 0
+    probe_cost_usd: float = 0.0
     kind: str = PROFILE_KIND
     version: int = PROFILE_VERSION
 
     def scenario(self, name: str) -> ScenarioResult | None:
         return next((s for s in self.scenarios if s.name == name), None)
+
+    def traits(self) -> ProviderTraits:
+        """The findings reconstruction takes (None where the probe could not tell)."""
+        f = self.findings
+        return ProviderTraits(
+            renumbers_tool_ids=f.renumbers_tool_ids,
+            deletes_no_content=f.deletes_no_content,
+            splits_reasoning=f.splits_reasoning,
+            counts_stop_token=f.counts_stop_token,
+            ends_reasoning_at_tools=f.ends_reasoning_at_tools,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,7 +223,13 @@ def profile_from_dict(data: Any, *, where: str = "profile") -> ProviderProfile:
         obs = [_build(Observation, o, f"{at}.observations[{j}]")
                for j, o in enumerate(_list(raw, "observations", at))]
         scenarios.append(_build(ScenarioResult, {**raw, "observations": obs}, at))
-    profile = _build(ProviderProfile, {**data, "scenarios": scenarios}, where)
+    findings = _build(ParserFindings, data.get("findings", {}), f"{where}: findings")
+    for name in ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
+                 "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning"):
+        if getattr(findings, name) not in (True, False, None):
+            raise ProfileError(f"{where}: findings.{name} must be true, false or null")
+    profile = _build(ProviderProfile, {**data, "scenarios": scenarios, "findings": findings},
+                     where)
     by_mode = profile.tool_calls_recoverable_by_mode
     if not isinstance(by_mode, dict) or any(not isinstance(by_mode.get(m), bool)
                                             for m in TOOL_MODES):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specregen.probe.classify import RAW_WHERE, mode_scenarios
-from specregen.probe.model import ScenarioResult
+from specregen.probe.model import ParserFindings, ScenarioResult
 
 
 def describe_calls(scenario: ScenarioResult) -> str:
@@ -58,6 +58,7 @@ def profile_notes(
     *,
     thinking: bool | None,
     tokenizer: str | None,
+    findings: ParserFindings | None = None,
 ) -> list[str]:
     """Human-readable findings, the most important first."""
     notes: list[str] = []
@@ -78,6 +79,8 @@ def profile_notes(
     if on is not None and on.calls_where is not None and on.reasoning_field == "none":
         notes.append("thinking on returned no reasoning (excluded, or the switch is ignored):"
                      " reconstruction will flag reasoning_missing")
+    if findings is not None:
+        notes.extend(finding_notes(findings))
     _id_notes(scenarios, notes)
     _argument_notes(scenarios, notes)
     _count_notes(scenarios, notes, tokenizer)
@@ -136,3 +139,31 @@ def _count_notes(
 
 def _join(values: Sequence[int]) -> str:
     return ", ".join(f"{v:+d}" for v in values)
+
+
+FINDING_WORDS = {
+    "renumbers_tool_ids": ("rebuilds tool-call ids as functions.NAME:{earlier calls + index}",
+                           "returns tool-call ids as the model wrote them"),
+    "deletes_no_content": ("deletes the placeholder content `(no content)` beside tool calls",
+                           "keeps the placeholder content `(no content)`"),
+    "splits_reasoning": ("returns reasoning in its own field",
+                         "returns the output unsplit: reasoning and `</think>` stay in content"),
+    "counts_stop_token": ("counts <|im_end|> in usage.completion_tokens",
+                          "does not count <|im_end|> in usage.completion_tokens"),
+    "ends_reasoning_at_tools": ("ends the reasoning where a tool section opens inside it, and"
+                                " parses the calls",
+                                "leaves a tool section opened inside the thinking in the"
+                                " reasoning text"),
+    "forces_reasoning": ("treats the output as reasoning even with thinking off",
+                         "honours thinking off"),
+}
+
+
+def finding_notes(findings: ParserFindings) -> list[str]:
+    """One line per parser finding: what it is, and what the answers showed."""
+    out = []
+    for name, (yes, no) in FINDING_WORDS.items():
+        value = getattr(findings, name)
+        what = yes if value is True else no if value is False else "unknown"
+        out.append(f"{name}: {what} ({findings.evidence.get(name, 'no evidence')})")
+    return out

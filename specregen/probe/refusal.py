@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specregen.errors import UsageError
 from specregen.probe.classify import mode_scenarios
 from specregen.probe.model import TOOL_MODES, ProfileError, ProviderProfile, load_profile
 from specregen.probe.notes import describe_calls
 
 
-class ProbeRefusal(Exception):
+class ProbeRefusal(UsageError):
     """A run must not start: its tool calls would come back in a form that cannot be rebuilt."""
 
 

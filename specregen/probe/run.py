@@ -1,8 +1,9 @@
-"""Sending the probe: every request of every scenario at once, streamed, a few retries each.
+"""Sending the probe: every request of every scenario at once, a few retries each.
 
-Streaming uses the client's idle timeout, so a slow reasoning answer is not a failure while it
-keeps sending. An HTTP error is recorded in its scenario; 401/402 (and a key httpx cannot send)
-stop the probe with `ProbeFatalError`, whose message names the key's variable, never the key.
+Requests are streamed or not as the run's config says (streams use the client's idle timeout,
+so a slow reasoning answer is not a failure while it keeps sending). An HTTP error is recorded
+in its scenario; 401/402 (and a key httpx cannot send) stop the probe with `ProbeFatalError`,
+whose message names the key's variable, never the key.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 import httpx
 
 from specregen.client.config import EndpointConfig
-from specregen.client.engine import backoff_delay
+from specregen.client.engine import backoff_delay, response_cost
 from specregen.client.request import build_request
 from specregen.client.secrets import ApiKey, scrub_text
 from specregen.client.transport import AttemptResult, send
-from specregen.models.kimi_k25 import KimiK25
+from specregen.errors import EXIT_AUTH, EXIT_USAGE, SpecregenError
+from specregen.models.chat_format import ChatFormat
 from specregen.probe.classify import (
     failed_observation,
     observe,
@@ -31,6 +33,7 @@ from specregen.probe.classify import (
 from specregen.probe.model import Observation, ProviderProfile, ScenarioResult, ToolMode
 from specregen.probe.notes import profile_notes
 from specregen.probe.scenarios import Scenario
+from specregen.probe.traits import infer_findings
 
 # A probe is a quick look: a few retries on 429/5xx, not a paid run's patience.
 MAX_ATTEMPTS = 3
@@ -38,13 +41,15 @@ MAX_ATTEMPTS = 3
 KEY_ERRORS = frozenset({"unauthorized", "payment_required", "bad_request_headers"})
 
 
-class ProbeFatalError(RuntimeError):
+class ProbeFatalError(SpecregenError, RuntimeError):
     """The endpoint refused the key or the account (or cannot be reached at all by its URL)."""
 
     def __init__(self, message: str, *, error_class: str, http_status: int | None) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.http_status = http_status
+        # A key or account error is the user's to fix (exit 3); anything else is usage (2).
+        self.exit_code = EXIT_AUTH if self.key_error else EXIT_USAGE
 
     @property
     def key_error(self) -> bool:
@@ -57,9 +62,20 @@ class _Shared:
     fatal: AttemptResult | None = None
 
 
+@dataclass(slots=True)
+class _Asked:
+    result: AttemptResult
+    attempts: int = 0  # requests sent, retries included: each may be paid
+    cost_usd: float = 0.0
+
+
 def scenario_config(cfg: EndpointConfig, scenario: Scenario) -> EndpointConfig:
-    """The run's config, streamed, with the scenario's thinking switch if it sets one."""
-    update: dict[str, Any] = {"stream": True}
+    """The run's config with the scenario's thinking switch if it sets one.
+
+    Streamed or not as the run is: SGLang returns other ids streamed (the local position) than
+    not (the index the model wrote), so the probe must ask the way the run will.
+    """
+    update: dict[str, Any] = {}
     if scenario.thinking_override is not None:
         # The switch alone: a configured reasoning effort could contradict it in the body.
         update.update(thinking=scenario.thinking_override, reasoning=None)
@@ -71,7 +87,7 @@ async def run_scenarios(
     key: ApiKey | None,
     scenarios: list[Scenario],
     *,
-    fmt: KimiK25 | None = None,
+    fmt: ChatFormat | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[ScenarioResult]:
     """Every request of every scenario concurrently; raises ProbeFatalError on 401/402."""
@@ -89,13 +105,15 @@ async def run_scenarios(
         raise _fatal_error(shared.fatal, cfg, key)
 
     observations: list[list[Observation]] = [[] for _ in scenarios]
-    for (s_index, p_index, _, body), result in zip(jobs, results, strict=True):
+    for (s_index, p_index, _, body), asked in zip(jobs, results, strict=True):
+        result = asked.result
         if result.final_answer and result.response is not None:
             obs = observe(p_index, body, result.response, fmt=fmt, latency_s=result.latency_s,
                           http_status=result.http_status)
         else:
             obs = failed_observation(p_index, result.error_class, result.error_message,
                                      result.http_status, result.latency_s)
+        obs.attempts, obs.cost_usd = asked.attempts, asked.cost_usd
         observations[s_index].append(obs)
     out = []
     for scenario, found in zip(scenarios, observations, strict=True):
@@ -114,31 +132,36 @@ async def _ask(
     body: dict[str, Any],
     key: ApiKey | None,
     shared: _Shared,
-) -> AttemptResult:
+) -> _Asked:
     attempts = min(MAX_ATTEMPTS, cfg.retry.max_attempts)
     rng = random.Random()
     result: AttemptResult | None = None
+    asked = _Asked(result=None)  # type: ignore[arg-type]
     for attempt in range(1, attempts + 1):
         if shared.stop.is_set():
             break
         result = await send(client, cfg, body, key)
+        asked.result = result
+        asked.attempts += 1
+        asked.cost_usd += response_cost(result.response, cfg.prices) or 0.0
         if result.kind == "fatal":
             if shared.fatal is None:
                 shared.fatal = result
             shared.stop.set()
-            return result
+            return asked
         if result.final_answer or result.kind == "permanent" or attempt == attempts:
-            return result
+            return asked
         delay = backoff_delay(attempt, cfg.retry, result.retry_after_s, rng)
         try:
             async with asyncio.timeout(delay):
                 await shared.stop.wait()
         except TimeoutError:
             pass
-    if result is not None:
-        return result
-    return AttemptResult(status="failed", response=None, latency_s=0.0, http_status=None,
-                         error_class="abandoned", error_message="the probe stopped first")
+    if result is None:
+        asked.result = AttemptResult(status="failed", response=None, latency_s=0.0,
+                                     http_status=None, error_class="abandoned",
+                                     error_message="the probe stopped first")
+    return asked
 
 
 def _fatal_error(
@@ -169,6 +192,8 @@ def build_profile(
     glaive_source: str | None = None,
 ) -> ProviderProfile:
     by_mode = recoverable_by_mode(results, cfg.thinking)
+    findings = infer_findings(results)
+    observations = [o for s in results for o in s.observations]
     return ProviderProfile(
         base_url=cfg.base_url,
         model=cfg.model,
@@ -186,7 +211,11 @@ def build_profile(
         tool_calls_recoverable_by_mode=by_mode,
         reasoning_field=overall_reasoning_field(results),
         providers=sorted({p for s in results for p in s.providers}),
-        notes=profile_notes(results, by_mode, thinking=cfg.thinking, tokenizer=tokenizer),
+        notes=profile_notes(results, by_mode, thinking=cfg.thinking, tokenizer=tokenizer,
+                            findings=findings),
+        findings=findings,
+        probe_requests=sum(o.attempts for o in observations),
+        probe_cost_usd=round(sum(o.cost_usd for o in observations), 9),
     )
 
 
@@ -196,7 +225,7 @@ def probe_endpoint(
     scenarios: list[Scenario],
     *,
     tool_mode: ToolMode = "tools",
-    fmt: KimiK25 | None = None,
+    fmt: ChatFormat | None = None,
     tokenizer: str | None = None,
     glaive_source: str | None = None,
     transport: httpx.AsyncBaseTransport | None = None,

@@ -5,7 +5,10 @@
   (the functions lead-in, then the pretty-printed JSON function);
 * `glaive`: a real B1_glaive prompt whose reference answer is a tool call (with
   `--glaive-source`), sent in system-prompt mode;
-* `thinking_on` / `thinking_off`: the `tools` question with the dialect's thinking switch set.
+* `thinking_on` / `thinking_off`: the `tools` question with the dialect's thinking switch set;
+* `history`: the `tools` question after an earlier turn with two calls and their results, so a
+  server that renumbers ids (`functions.{name}:{history_count + i}`) shows it;
+* `plain`: a question without tools, whose answer is a clean base for counting tokens.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from specregen.errors import UsageError
 from specregen.probe.model import ToolMode
 from specregen.records import Prompt
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN, TOOLS_SYSTEM
@@ -40,7 +44,7 @@ MAX_REQUESTS = len(CITIES)
 GLAIVE_SCAN_LIMIT = 20_000
 
 
-class ProbeSetupError(ValueError):
+class ProbeSetupError(UsageError, ValueError):
     """The probe cannot be prepared (a source that cannot be read, a bad option value)."""
 
 
@@ -55,7 +59,7 @@ class Scenario:
 
     @property
     def tools_sent(self) -> bool:
-        return self.tool_mode == "tools"
+        return self.tool_mode == "tools" and any(p.tools for p in self.prompts)
 
 
 def weather_question(city: str) -> str:
@@ -84,6 +88,53 @@ def _weather_prompts(name: str, tool_mode: ToolMode, requests: int) -> tuple[Pro
     )
 
 
+# The earlier turn of the `history` scenario. Arguments are spelled as `json.dumps` spells them,
+# so a server that parses and dumps history arguments again (vLLM) renders the same text.
+HISTORY_CITIES = ("Rome", "Cairo")
+PLAIN_QUESTIONS = ("In one sentence, what is a prime number?",
+                   "In one sentence, why is the sky blue?",
+                   "In one sentence, what does a compiler do?",
+                   "In one sentence, what is photosynthesis?",
+                   "In one sentence, what is an atom?",
+                   "In one sentence, what is inflation?",
+                   "In one sentence, what is a glacier?",
+                   "In one sentence, what is a neuron?",
+                   "In one sentence, what is a tide?",
+                   "In one sentence, what is a vaccine?")
+
+
+def history_messages(city: str) -> list[dict[str, Any]]:
+    """A finished turn with two calls and their results, then the weather question for `city`."""
+    calls = [{"id": f"functions.get_weather:{i}", "type": "function",
+              "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}
+             for i, c in enumerate(HISTORY_CITIES)]
+    results = [{"role": "tool", "tool_call_id": call["id"],
+                "content": json.dumps({"city": c, "temperature_c": 20 + i, "sky": "clear"})}
+               for i, (call, c) in enumerate(zip(calls, HISTORY_CITIES, strict=True))]
+    first = f"What's the weather in {HISTORY_CITIES[0]} and in {HISTORY_CITIES[1]}? Use the tool."
+    return [
+        {"role": "system", "content": TOOLS_SYSTEM},
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        *results,
+        {"role": "assistant", "content": "Rome: 20 °C and clear. Cairo: 21 °C and clear."},
+        {"role": "user", "content": weather_question(city)},
+    ]
+
+
+def _history_prompts(requests: int) -> tuple[Prompt, ...]:
+    return tuple(Prompt(sample_id=f"probe-history-{i}", messages=history_messages(CITIES[i]),
+                        tools=[WEATHER_TOOL], tool_mode="tools")
+                 for i in range(requests))
+
+
+def _plain_prompts(requests: int) -> tuple[Prompt, ...]:
+    return tuple(Prompt(sample_id=f"probe-plain-{i}",
+                        messages=[{"role": "user", "content": PLAIN_QUESTIONS[i]}],
+                        tools=None, tool_mode="tools")
+                 for i in range(requests))
+
+
 def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[Scenario]:
     if not 1 <= requests <= MAX_REQUESTS:
         raise ProbeSetupError(f"requests per scenario must be between 1 and {MAX_REQUESTS}")
@@ -105,6 +156,10 @@ def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[
     for name, value in (("thinking_on", True), ("thinking_off", False)):
         scenarios.append(Scenario(name, f"get_weather in `tools`, thinking {name[9:]}",
                                   "tools", value, _weather_prompts(name, "tools", requests)))
+    scenarios.append(Scenario("history", "get_weather in `tools` after a turn with two calls",
+                              "tools", None, _history_prompts(requests)))
+    scenarios.append(Scenario("plain", "a short question without tools", "tools", None,
+                              _plain_prompts(requests)))
     return scenarios
 
 

@@ -4,9 +4,10 @@
                               "glaive-function-calling-v2.json", dataset="B1_glaive", limit=100):
         ...
 
-Every Prompt is single-turn: `[system, first user turn]`, always with an explicit system message
-(the dataset's own, else `DEFAULT_SYSTEM_PROMPT`). The source's own answer to that turn is kept
-in `meta["reference_first_turn"]`, and `meta["source_row"]` says where the row came from.
+Every Prompt is single-turn: `[system, first user turn]` with the dataset's own system text, or
+`[first user turn]` when it has none (the chat format's template then applies its default). The
+source's own answer to that turn is kept in `meta["reference_first_turn"]`, and
+`meta["source_row"]` says where the row came from.
 
 An adapter in `ADAPTERS` converts one decoded row; `read_source` does the reading (any fsspec
 URL; JSON array, JSONL or parquet), undecodable rows, duplicates and `limit`.
@@ -14,7 +15,6 @@ URL; JSON array, JSONL or parquet), undecodable rows, duplicates and `limit`.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import typing
 from collections.abc import Callable, Iterator
@@ -24,7 +24,7 @@ from typing import Any
 from specregen.records import Prompt, SourceReject
 from specregen.sources import glaive, magicoder, messages, opencodeinstruct, sharegpt
 from specregen.sources._common import DEFAULT_SYSTEM_PROMPT, reject
-from specregen.sources._io import iter_rows
+from specregen.sources._io import SeenIds, iter_rows
 from specregen.sources.ids import raw_text_id
 
 __all__ = [
@@ -85,7 +85,7 @@ def _records(
 ) -> Iterator[Prompt | SourceReject]:
     if limit == 0:
         return
-    seen: set[bytes] = set()
+    seen = SeenIds()  # bounded per id (~13-26 B): see SeenIds
     prompts = 0
     for row in iter_rows(source):
         if row.error is not None:
@@ -94,15 +94,12 @@ def _records(
             )
         else:
             record = convert(row.value, dataset=dataset, row_label=row.label, **options)
-        # A short digest keeps the seen-set small enough for a full 5M-row pass.
-        key = hashlib.blake2b(record.sample_id.encode("utf-8"), digest_size=12).digest()
-        if key in seen:
+        if not seen.add(record.sample_id):
             record = reject(
                 record.sample_id,
                 row.label,
                 f"duplicate of sample_id {record.sample_id} (an earlier row has the same id)",
             )
-        seen.add(key)
         yield record
         if isinstance(record, Prompt):
             prompts += 1

@@ -8,7 +8,10 @@ from typing import Any
 from specregen.jsonkind import json_kind
 from specregen.records import Prompt, SourceReject
 
-DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
+# A row without a system text gets no system message: what the model then sees is its chat
+# format's business (the K2.5 template injects its default system prompt; Qwen3's none), the
+# same whether the server renders the template or we do.
+DEFAULT_SYSTEM_PROMPT: str | None = None
 
 
 class RowError(Exception):
@@ -46,13 +49,14 @@ def require_user_text(text: str, where: str) -> str:
     return text
 
 
-def prompt_messages(system: str, user: str) -> list[dict[str, Any]]:
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+def prompt_messages(system: str | None, user: str) -> list[dict[str, Any]]:
+    head = [] if system is None else [{"role": "system", "content": system}]
+    return [*head, {"role": "user", "content": user}]
 
 
 def make_prompt(
     sample_id: str,
-    system: str,
+    system: str | None,
     user: str,
     *,
     tools: list[dict[str, Any]] | None = None,

@@ -2,8 +2,9 @@
 
 Covers UltraChat-style rows and already-converted tool datasets. `tools` may be OpenAI-wrapped
 or bare function specs, as a list or a JSON string. The system text is the row's own leading
-system message, else the default. Every assistant tool call in the row is checked (declared
-name, arguments a JSON object), as glaive rows are, so a broken row is not half-used.
+system message, else none (the chat format's default applies). Every assistant tool call in the
+row is checked (declared name, arguments a JSON object), as glaive rows are, so a broken row is
+not half-used.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def content_str(message: dict[str, Any], index: int) -> str:
     return content
 
 
-def system_and_user_index(messages: list[dict[str, Any]]) -> tuple[str, int]:
+def system_and_user_index(messages: list[dict[str, Any]]) -> tuple[str | None, int]:
     system = DEFAULT_SYSTEM_PROMPT
     first = 0
     if messages[0]["role"] in ("system", "developer"):

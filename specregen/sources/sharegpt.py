@@ -132,7 +132,8 @@ def validate_turns(turns: list[Turn], tools: list[dict[str, Any]] | None) -> dic
     return calls
 
 
-def system_and_user_index(turns: list[Turn], fields: dict[str, Any]) -> tuple[str, int]:
+def system_and_user_index(turns: list[Turn], fields: dict[str, Any]
+                          ) -> tuple[str | None, int]:
     row_system = fields.get("system")
     if turns[0][0] == "system":
         system, first = turns[0][1], 1

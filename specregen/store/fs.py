@@ -6,6 +6,8 @@ object in one request, which is atomic there.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -68,16 +70,33 @@ class Store:
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(folder, detail=False))
 
 
+def make_dirs(folder: str | os.PathLike[str]) -> None:
+    """`os.makedirs(exist_ok=True)`, but a regular file in the way is ENOTDIR (what it means),
+    not EEXIST."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except FileExistsError as exc:
+        raise NotADirectoryError(
+            errno.ENOTDIR, "a regular file is in the way", exc.filename
+        ) from None
+
+
 def write_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     if isinstance(fs, LocalFileSystem):
         folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
+        make_dirs(folder)
         tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk or a kill mid-write must not leave a half file behind.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         _fsync_dir(folder)
         return
     # Object stores: a single put is atomic; there are no folders to create.

@@ -22,6 +22,12 @@ provider, model, generation_id, usage, cost_usd, created_at (ISO 8601 UTC); fina
 `request` and `response` (both scrubbed of secrets by the caller), and, when the server returned
 token ids, `reference_completion_ids` and `prompt_token_ids` (lifted out of the response so the
 ids are stored once).
+
+Rejects: input rows a run refused to send (not JSON, NaN in a schema, over the context length)
+go to `{root}/rejects-{utc timestamp}-{pid}-{random}.jsonl`, one object per run, each line
+`{v, line, sample_id, reason, created_at}` (`RejectRecord`). `history()` gives, per
+(sample_id, fingerprint), the final status and the attempts made so far, so `max_attempts` holds
+per sample across reruns and attempt numbers continue.
 """
 
 from __future__ import annotations
@@ -34,24 +40,27 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from specregen.errors import StorageError
+
 log = logging.getLogger(__name__)
 
 RECORD_VERSION = 1
 PART_GLOB = "part-*.jsonl"
+REJECTS_GLOB = "rejects-*.jsonl"
 FINAL_ANSWER = ("ok", "truncated")
 RecordStatus = Literal["ok", "truncated", "failed"]
 # Attempts to put one part object before the log gives up (and the run stops).
 PUT_ATTEMPTS = 5
 
 
-class RawLogError(RuntimeError):
+class RawLogError(StorageError, RuntimeError):
     """The raw log cannot take records any more (the write that failed is named)."""
 
 
@@ -101,6 +110,36 @@ class AttemptRecord:
             if value is not None:
                 out[name] = value
         return out
+
+
+@dataclass(slots=True)
+class RejectRecord:
+    """An input row that was never sent: where it was (`line`), which sample, and why."""
+
+    reason: str
+    line: int | None = None
+    sample_id: str | None = None
+    created_at: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "v": RECORD_VERSION,
+            "line": self.line,
+            "sample_id": self.sample_id,
+            "reason": self.reason,
+            "created_at": self.created_at or utc_now_iso(),
+        }
+
+
+@dataclass
+class LogHistory:
+    """What the log says about each (sample_id, fingerprint) before a run starts."""
+
+    final: dict[tuple[str, str], RecordStatus] = field(default_factory=dict)
+    # Attempts since the sample's last final record (non-final ones: a killed run's retries).
+    open_attempts: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The highest attempt number ever recorded; a rerun numbers on from it.
+    last_attempt: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def utc_now_iso() -> str:
@@ -345,6 +384,56 @@ class RawLog:
             elif status == "failed" and index.get(key) not in FINAL_ANSWER:
                 index[key] = "failed"
         return index
+
+    def history(self) -> LogHistory:
+        """One pass over the log: final statuses, plus attempts per sample across all runs."""
+        out = LogHistory()
+        for record in self.iter_records():
+            key = (record["sample_id"], record["fingerprint"])
+            attempt = record.get("attempt")
+            if isinstance(attempt, int) and not isinstance(attempt, bool):
+                out.last_attempt[key] = max(out.last_attempt.get(key, 0), attempt)
+            if not record.get("final"):
+                out.open_attempts[key] = out.open_attempts.get(key, 0) + 1
+                continue
+            # A final record closes the sample's attempts; `--retry-failed` starts a new round.
+            out.open_attempts.pop(key, None)
+            status = record.get("status")
+            if status in FINAL_ANSWER:
+                out.final[key] = status
+            elif status == "failed" and out.final.get(key) not in FINAL_ANSWER:
+                out.final[key] = "failed"
+        return out
+
+    # -- rejected inputs -------------------------------------------------------------------
+
+    def write_rejects(self, rejects: list[RejectRecord]) -> str | None:
+        """Put one run's rejected input rows as a new `rejects-*.jsonl` object (atomic)."""
+        if not rejects:
+            return None
+        from specregen.store.fs import write_atomic
+
+        self._ensure_root()
+        path = f"{self.root}/rejects-{new_part_name().removeprefix('part-')}"
+        data = b"".join(
+            (json.dumps(r.as_dict(), ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+            for r in rejects
+        )
+        write_atomic(self.fs, path, data)
+        return path
+
+    def iter_rejects(self) -> Iterator[dict[str, Any]]:
+        """Every rejected input row of every run, oldest run first."""
+        self.fs.invalidate_cache(self.root)
+        try:
+            paths = sorted(self.fs.glob(f"{self.root}/{REJECTS_GLOB}"))
+        except FileNotFoundError:
+            return
+        for path in paths:
+            with self.fs.open(path, "rb") as handle:
+                for raw in handle:
+                    with contextlib.suppress(ValueError):
+                        yield json.loads(raw)
 
     def iter_final_samples(self) -> Iterator[dict[str, Any]]:
         """Per (sample_id, fingerprint), its last final ok/truncated record, as reconstruct input:

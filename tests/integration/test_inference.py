@@ -19,7 +19,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specregen.cli import app
-from specregen.emulator.config import PROFILES, RECOVERABLE_PROFILES, EmulatorConfig
+from specregen.emulator.config import (
+    PROFILES,
+    RECOVERABLE_PROFILES,
+    UPSTREAM_PROFILES,
+    EmulatorConfig,
+)
 from specregen.emulator.server import serve_in_thread
 from specregen.gate import GateConfig, check_sample
 from specregen.models.kimi_k25 import KimiK25
@@ -118,8 +123,19 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
     assert sorted(samples) == sorted(p["sample_id"] for p in prompts(18))
     called = [s for s in samples.values() if s.finish_reason == "tool_calls" or s.tool_calls]
     assert called, "the emulator made no tool call: the profile went untested"
-    if profile in RECOVERABLE_PROFILES:
-        fmt = KimiK25(tok)
+    fmt = KimiK25(tok)
+    if profile in UPSTREAM_PROFILES:
+        # The upstream parsers lose text on some paths (the stream's content after a tool
+        # section, kimi_k25's instant answers, SGLang's unsplit reasoning): such samples are
+        # flagged, never `ok` with ids that differ from what the server generated.
+        for s in samples.values():
+            assert s.status != "ok" or s.reference_match in ("exact", "benign_bpe"), (
+                s.sample_id, s.flags, s.reference_match)
+            if s.status == "ok":
+                decision = check_sample(s, fmt, GateConfig())
+                assert decision.accepted, (s.sample_id, decision.reason_strings())
+        assert sum(s.status == "ok" for s in samples.values()) >= len(samples) // 2
+    elif profile in RECOVERABLE_PROFILES:
         for s in samples.values():
             assert s.status == "ok", (s.sample_id, s.flags, s.error)
             assert s.reference_match in ("exact", "benign_bpe"), (s.sample_id, s.reference_match)
@@ -182,8 +198,11 @@ def test_sigkill_mid_run_then_resume_pays_once(tmp_path, tok):
     finals = final_records(out)
     ids = [r["sample_id"] for r in finals]
     assert len(ids) == len(set(ids)) == n
-    # Paid twice at most for what was in flight when the process died.
-    assert stats["chat_requests"] - n <= window
+    # Paid twice at most for what was in flight when the process died (<= window) and for the
+    # answers that had arrived but were not yet fsynced by the group commit: a worker does not
+    # wait for the commit, so with latency above the fsync time each worker has at most one
+    # such answer (<= window again).
+    assert stats["chat_requests"] - n <= 2 * window
 
 
 def test_bad_key_stops_the_run_naming_the_variable_not_the_key(tmp_path, tok, monkeypatch):
@@ -251,3 +270,48 @@ def test_reconstructed_ids_match_the_emulators_truth_with_real_format(tmp_path, 
         sample = reconstruct(record["sample_id"], record["request"], record["response"], fmt)
         reference = record["reference_completion_ids"]
         assert sample.input_ids[sample.prompt_len :] == reference
+
+
+def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_path, tok):
+    """Issue 14's storm: 20% 429 with Retry-After, 10% 5xx, 5% resets, truncations, stream
+    errors and stalls. Samples waiting out a backoff give their slot to other prompts, so the
+    window stays >= 90% full while input is left; after at most one --retry-failed every sample
+    has a final answer."""
+    import asyncio
+
+    from specregen.client.command import parse_prompt_line
+    from specregen.client.config import EndpointConfig
+    from specregen.client.engine import run_inference
+
+    config = EmulatorConfig(seed=14, rate_429=0.20, retry_after_seconds=1, rate_5xx=0.10,
+                            rate_reset=0.05, rate_truncated=0.01, rate_stream_error=0.01,
+                            rate_stall=0.01, stall_seconds=3.0, latency="fixed",
+                            latency_mean=0.05)
+    n, window = 600, 32
+    src = write_prompts(tmp_path / "prompts.jsonl", n)
+    out = tmp_path / "rawlog"
+    cfg_file = write_endpoint_config(tmp_path / "endpoint.json",
+                                     retry={"max_attempts": 6, "base_delay": 0.05,
+                                            "max_delay": 0.5},
+                                     timeouts={"idle": 1.0, "read": 20.0, "connect": 5.0})
+    with serve_in_thread(config, tok) as emu:
+        cfg = EndpointConfig.load({**json.loads(cfg_file.read_text()),
+                                   "base_url": emu.openrouter_url,
+                                   "model": "moonshotai/kimi-k2.5", "concurrency": window})
+        prompts_ = [parse_prompt_line(line) for line in src.read_text().splitlines()]
+
+        async def first_run():
+            async with RawLog(str(out)) as log:
+                return await run_inference(prompts_, cfg, log, api_key=None)
+
+        summary = asyncio.run(first_run())
+        assert sum(emu.stats()["faults"].values()) > 0.2 * n
+        assert summary.mean_in_flight_input >= 0.9 * window, (
+            f"mean in flight {summary.mean_in_flight_input:.1f} of {window}")
+        if summary.failed:
+            result = CliRunner().invoke(app, infer_args(
+                src, out, emu.openrouter_url, "--config", str(cfg_file), "--concurrency",
+                str(window), "--retry-failed"))
+            assert result.exit_code == 0, result.output
+    answered = {r["sample_id"] for r in final_records(out) if r["status"] in ("ok", "truncated")}
+    assert len(answered) == n

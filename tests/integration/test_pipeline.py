@@ -50,7 +50,7 @@ def test_pipeline_publishes_every_dataset_then_skips_them(prefect_server, emulat
         table = pads.dataset(str(published / "data"), format="parquet").to_table()
         assert table.num_rows == result["gate"]["accepted"] > 0
         assert {"input_ids", "loss_mask", "status"} <= set(table.column_names)
-        assert (published / "specforge.jsonl").exists()
+        assert (published / "train.jsonl").exists() and (published / "messages.jsonl").exists()
         name = result["dataset"]
         latest = store.read_json(name, "published", "LATEST.json")
         manifest = read_manifest(store, name, "published", latest["fingerprint"])
@@ -72,6 +72,9 @@ def test_corrupting_provider_fails_its_gate_and_is_not_published(prefect_server,
                                         literal_marker_rate=0.0), tok) as emu:
         storage = str(tmp_path / "store")
         config = write_config(tmp_path, emu.openrouter_url, storage)
+        # The probe would refuse B1 before paying (tests/integration/test_probe_pipeline.py);
+        # with it off, the gate must still catch what the stripped provider returns.
+        config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "probe": "off"}))
         with pytest.raises(DatasetsFailedError, match="B1_glaive"):
             asyncio.run(pipeline_flow(str(config)))
     store = Store(storage)

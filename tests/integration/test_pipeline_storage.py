@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -140,23 +141,69 @@ def test_a_run_killed_midway_completes_without_paying_twice(prefect_server, tmp_
         endpoint = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())["endpoint"]
         endpoint.update(base_url=emu.openrouter_url, concurrency=concurrency)
         config = write_config(tmp_path / "c.yaml", emu.openrouter_url, str(tmp_path / "s"),
-                              datasets, endpoint=endpoint, chunk_size=40, chunks_in_flight=1)
+                              datasets, endpoint=endpoint, chunk_size=40, chunks_in_flight=1,
+                              probe="off")  # the probe's requests would count as paid twice
         cmd = [sys.executable, "-m", "specregen.cli", "run", "--config", str(config)]
+        # Its own temporary Prefect server, with its database in a known place.
+        env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+        env.pop("PREFECT_API_URL", None)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=os.environ.copy())
+                                env=env)
         deadline = time.monotonic() + 90
+        started: set[int] = set()
         while time.monotonic() < deadline and emu.stats()["completed"] < n // 3:
+            started |= descendants(proc.pid)
             time.sleep(0.05)
+        started |= descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         answered = emu.stats()["completed"]
         assert 0 < answered < n, "the kill did not land mid-run"
-        second = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
-                                env=os.environ.copy())
+        # Nothing it started outlives it: the temporary server (and any worker) is gone.
+        assert started, "the run started no process (its temporary server?)"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(map(pid_alive, started)):
+            time.sleep(0.1)
+        assert not [pid for pid in started if pid_alive(pid)], "orphans of the killed run"
+        second = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
         assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
         stats = emu.stats()
+    # The runs the kill left RUNNING are marked Crashed by the next start; none stays RUNNING.
+    assert "of killed processes crashed" in second.stderr + second.stdout
+    with sqlite3.connect(tmp_path / "prefect-home" / "prefect.db") as db:
+        for table in ("flow_run", "task_run"):
+            states = dict(db.execute(f"SELECT state_type, count(*) FROM {table} GROUP BY 1"))
+            assert "RUNNING" not in states and "PENDING" not in states, (table, states)
+            assert states.get("CRASHED", 0) >= (2 if table == "flow_run" else 1), states
     # Only the requests in flight at the kill were paid twice.
     assert stats["chat_requests"] - n <= concurrency
     store = Store(str(tmp_path / "s"))
     assert store.exists("M", "published", "LATEST.json")
     shutil.rmtree(tmp_path / "s")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below `pid` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -25,6 +25,7 @@ from specregen.probe import (
     require_recoverable_tool_calls,
 )
 from specregen.probe.scenarios import WEATHER_TOOL, glaive_probe_prompt
+from specregen.records import ProviderTraits
 from specregen.sources import BUNDLED_SAMPLES
 from tests.support import get_tokenizer
 
@@ -33,8 +34,11 @@ pytestmark = pytest.mark.integration
 MODEL = "moonshotai/kimi-k2.5"
 GLAIVE = str(BUNDLED_SAMPLES["B1_glaive"][1])
 # The API each emulated stack speaks; `raw` is a vLLM without tool parsing.
-DIALECT = {"openrouter": "openrouter", "vllm": "vllm", "sglang": "sglang",
-           "moonshot": "moonshot", "raw": "vllm", "stripped": "openrouter"}
+DIALECT = {"openrouter": "openrouter", "vllm": "vllm", "vllm-k25": "vllm", "sglang": "sglang",
+           "sglang-noforce": "sglang", "moonshot": "moonshot", "raw": "vllm",
+           "stripped": "openrouter"}
+# The profiles whose calls and reasoning come back the same way on every path.
+PLAIN_PROFILES = ("openrouter", "vllm", "sglang", "moonshot", "raw", "stripped")
 TOOLS_WHERE = {"openrouter": "structured", "vllm": "structured", "sglang": "structured",
                "moonshot": "structured", "raw": "raw_content", "stripped": "stripped"}
 REASONING_FIELD = {"openrouter": "reasoning", "vllm": "reasoning", "sglang": "reasoning_content",
@@ -67,17 +71,21 @@ def endpoint(emu, profile: str, **extra) -> EndpointConfig:
                                 "dialect": DIALECT[profile], **extra})
 
 
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", PLAIN_PROFILES)
 def test_every_profile_is_classified(tok, glaive_prompt, profile):
     with emulator(profile, tok) as emu:
         result = probe_endpoint(endpoint(emu, profile), None, build_scenarios(2, glaive_prompt),
                                 fmt=KimiK25(tok), tokenizer="mini")
     s = {x.name: x for x in result.scenarios}
-    assert list(s) == ["tools", "system_prompt", "glaive", "thinking_on", "thinking_off"]
+    assert list(s) == ["tools", "system_prompt", "glaive", "thinking_on", "thinking_off",
+                       "history", "plain"]
     assert all(not x.errors and x.where_counts for x in s.values())
     recoverable = profile in RECOVERABLE_PROFILES
+    # Every scenario asks for a call but `plain`, which asks a question without tools.
+    assert (s["plain"].calls_where, s["plain"].recoverable) == ("none", None)
+    s.pop("plain")
     # With tools: structured where the stack parses calls, raw text where it does not.
-    for name in ("tools", "thinking_on", "thinking_off"):
+    for name in ("tools", "thinking_on", "thinking_off", "history"):
         assert s[name].calls_where == TOOLS_WHERE[profile], name
         assert s[name].where_counts == {TOOLS_WHERE[profile]: 2}
     # Without tools no stack parses calls: the markers stay in content (or are stripped).
@@ -94,7 +102,10 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
     if recoverable:
         for x in s.values():
             assert x.recoverable is True
-            assert (x.id_form, x.id_example) == ("functions.NAME:IDX", "functions.get_weather:0")
+            # After two earlier calls K2.5 writes the running count; streamed, no stack here
+            # renumbers it.
+            first = "functions.get_weather:2" if x.name == "history" else "functions.get_weather:0"
+            assert (x.id_form, x.id_example) == ("functions.NAME:IDX", first), x.name
             assert x.arguments_json == "valid"
             assert x.completion_offsets == [0], x.name
         assert result.tool_calls_recoverable is True
@@ -123,6 +134,65 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
         assert (s["tools"].arguments, s["tools"].whitespace) == ("unknown", "unknown")
     if profile == "raw":
         assert (s["tools"].arguments, s["tools"].whitespace) == ("verbatim", "kept")
+
+
+# What each emulated stack's parsers do (docs/upstream-parsers.md), not streamed:
+# (renumbers_tool_ids, deletes_no_content, splits_reasoning, counts_stop_token,
+#  ends_reasoning_at_tools -- unknown while the model always closes its thinking first,
+#  forces_reasoning)
+FINDINGS = {
+    "openrouter": (False, False, True, True, None, False),
+    "vllm": (False, True, True, True, None, False),  # kimi_k2's `_clean_content`
+    "vllm-k25": (False, False, True, True, None, True),  # forced thinking, no placeholder filter
+    "sglang": (True, False, True, True, None, False),  # {name}:{history + index written}
+    "sglang-noforce": (True, False, False, True, None, False),  # K2.5's output unsplit
+    "moonshot": (False, False, True, True, None, False),
+    "raw": (False, False, True, True, None, False),
+    "stripped": (None, None, True, True, None, False),  # no call survives to tell
+}
+# Streamed, SGLang numbers calls by their position in the answer (history + 0, 1, ...), which
+# is the running count K2.5 writes, and vLLM's streamed path keeps the placeholder.
+STREAMED = {"vllm": {"deletes_no_content": False}, "sglang": {"renumbers_tool_ids": False},
+            "sglang-noforce": {"renumbers_tool_ids": False}}
+FINDING_NAMES = ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
+                 "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_probe_learns_each_stacks_parser_traits(tok, profile, stream):
+    """The model writes `(no content)` before every call; the probe must read each stack's
+    behaviour back from its answers alone, and store it as the traits reconstruction takes."""
+    with emulator(profile, tok, no_content_before_calls_rate=1.0) as emu:
+        cfg = endpoint(emu, profile, stream=stream)
+        result = probe_endpoint(cfg, None, build_scenarios(2), fmt=KimiK25(tok),
+                                tokenizer="mini")
+    expected = dict(zip(FINDING_NAMES, FINDINGS[profile], strict=True))
+    if stream:
+        expected.update(STREAMED.get(profile, {}))
+    found = {name: getattr(result.findings, name) for name in FINDING_NAMES}
+    assert found == expected, result.findings.evidence
+    assert result.traits() == ProviderTraits(**{n: expected[n] for n in FINDING_NAMES[:5]})
+    assert result.probe_requests == 12 and result.probe_cost_usd > 0
+    assert sum(o.attempts for s in result.scenarios for o in s.observations) == 12
+
+
+# The model opens its tool section before `</think>`: vLLM's kimi_k2 parser leaves it in the
+# reasoning; a forced parser ends the reasoning there and parses the calls (SGLang; vLLM's
+# kimi_k25 only streamed); SGLang unforced never splits, so there is nothing to end.
+IN_THINK = {"vllm": (False, False), "vllm-k25": (False, True), "sglang": (True, True),
+            "sglang-noforce": (None, None)}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("profile", sorted(IN_THINK))
+def test_the_probe_learns_whether_a_section_ends_the_reasoning(tok, profile, stream):
+    with emulator(profile, tok, section_in_think_rate=1.0) as emu:
+        result = probe_endpoint(endpoint(emu, profile, stream=stream), None, build_scenarios(2),
+                                fmt=KimiK25(tok), tokenizer="mini")
+    found = result.findings.ends_reasoning_at_tools
+    assert found is IN_THINK[profile][stream], result.findings.evidence
+    assert result.traits().ends_reasoning_at_tools is found
 
 
 @pytest.mark.parametrize(("profile", "expected"), [("vllm", ("trimmed", "lost")),

@@ -16,10 +16,11 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 import specregen.models.kimi_k25 as kimi
 from specregen.models.kimi_k25 import KimiK25, render_prompt_text, tools_declaration
-from specregen.models.kimi_tools_ts import deep_sort
+from specregen.models.kimi_k25.readings import sglang_messages
+from specregen.models.kimi_k25.tools_ts import deep_sort
 from specregen.models.tokenizer import MINI_TOKENIZER_DIR, load_tokenizer
 
-TEMPLATE = (Path(kimi.__file__).parent / "kimi_k25_chat_template.jinja").read_text()
+TEMPLATE = (Path(kimi.__file__).parent / "chat_template.jinja").read_text()
 
 text = st.text(
     alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30
@@ -36,13 +37,18 @@ def tool_calls(draw):
     calls = []
     for _ in range(draw(st.integers(1, 2))):
         name = draw(tool_names)
-        calls.append(
-            {
-                "id": f"functions.{name}:{draw(st.integers(0, 5))}",
-                "type": "function",
-                "function": {"name": name, "arguments": draw(arguments)},
-            }
-        )
+        call = {
+            "id": f"functions.{name}:{draw(st.integers(0, 5))}",
+            "type": "function",
+            "function": {"name": name, "arguments": draw(arguments)},
+        }
+        # Clients omit the id, or send it null: upstream renders nothing for either.
+        gone = draw(st.sampled_from(["keep"] * 6 + ["missing", "null"]))
+        if gone == "missing":
+            del call["id"]
+        elif gone == "null":
+            call["id"] = None
+        calls.append(call)
     return calls
 
 
@@ -66,12 +72,16 @@ def messages(draw):
         assistant = {"role": "assistant", "content": draw(st.one_of(st.none(), text))}
         reasoning_key = draw(st.sampled_from(["reasoning", "reasoning_content", None]))
         if reasoning_key:
-            assistant[reasoning_key] = draw(text)
+            # A null reasoning_content is dropped before rendering (vLLM; transformers 5).
+            assistant[reasoning_key] = draw(st.one_of(text, st.none()))
         if draw(st.booleans()):
             assistant["tool_calls"] = draw(tool_calls())
             out.append(assistant)
             for call in assistant["tool_calls"]:
-                out.append({"role": "tool", "tool_call_id": call["id"], "content": draw(text)})
+                result = {"role": "tool", "tool_call_id": call.get("id"), "content": draw(text)}
+                if draw(st.integers(0, 5)) == 0:
+                    del result["tool_call_id"]  # renders `## Return of ` and the newline
+                out.append(result)
             if draw(st.booleans()):
                 out.append({"role": "assistant", "content": draw(text)})
         else:
@@ -100,6 +110,34 @@ def tool_list(names):
     ]
 
 
+def without_nulls(msgs):
+    out = []
+    for m in msgs:
+        m = {k: v for k, v in m.items()
+             if not (v is None and k in ("tool_call_id", "reasoning_content", "reasoning"))}
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{k: v for k, v in c.items() if not (k == "id" and v is None)}
+                               for c in m["tool_calls"]]
+        out.append(m)
+    return out
+
+
+def model_dump(msgs):
+    """What SGLang's pydantic message model gives: every optional field present, None when
+    absent; `reasoning` is not one of them."""
+    out = []
+    for m in msgs:
+        m = {k: v for k, v in m.items() if k != "reasoning"}
+        if m["role"] == "assistant":
+            m.setdefault("reasoning_content", None)
+            if m.get("tool_calls"):
+                m["tool_calls"] = [{**c, "id": c.get("id")} for c in m["tool_calls"]]
+        elif m["role"] == "tool":
+            m.setdefault("tool_call_id", None)
+        out.append(m)
+    return out
+
+
 def jinja_render(msgs, tools, thinking, tools_format="typescript"):
     ts = tools_declaration(tools, "typescript") if tools and tools_format == "typescript" else None
     rendered, _ = render_jinja_template(
@@ -123,8 +161,15 @@ def jinja_render(msgs, tools, thinking, tools_format="typescript"):
 def test_builtin_renderer_matches_jinja_template(mini_fmt, msgs, names, thinking, tools_format):
     tools = tool_list(names) or None
     ours = render_prompt_text(msgs, tools, thinking=thinking, tools_format=tools_format)
-    theirs = jinja_render(msgs, tools, thinking, tools_format)
+    # vLLM copies `tool_call_id`, `reasoning_content` and a call's `id` only when they are not
+    # null before the template runs: the rendering our renderer gives by default.
+    theirs = jinja_render(without_nulls(msgs), tools, thinking, tools_format)
     assert ours == theirs
+    # SGLang dumps its message model: every absent field reaches the template as None, which
+    # transformers 4 prints as "None" -- reconstruction's `sglang_messages(.., "None")` variant.
+    raw = jinja_render(model_dump(msgs), tools, thinking, tools_format)
+    assert render_prompt_text(sglang_messages(msgs, "None"), tools, thinking=thinking,
+                              tools_format=tools_format) == raw
     tok = mini_fmt.tok
     assert tok.encode_with_specials(ours) == tok.encode_with_specials(theirs)
     if tools_format == "typescript":

@@ -169,7 +169,7 @@ def test_budget_stop_exits_4(server, state, tmp_path):
     assert len(state.bodies) == 5
 
 
-def test_missing_key_for_a_remote_endpoint_exits_2(tmp_path):
+def test_missing_key_for_a_remote_endpoint_exits_3_before_anything(tmp_path):
     prompts = write_prompts(tmp_path / "p.jsonl", 1)
     result = invoke(
         [
@@ -183,8 +183,9 @@ def test_missing_key_for_a_remote_endpoint_exits_2(tmp_path):
         ],
         env={"OPENROUTER_API_KEY": None},
     )
-    assert result.exit_code == 2
+    assert result.exit_code == 3  # authentication (README: exit codes)
     assert "OPENROUTER_API_KEY is not set" in result.output
+    assert not (tmp_path / "raw").exists()
 
 
 def test_missing_key_on_loopback_sends_no_key(server, state, tmp_path):

@@ -14,7 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from specregen.emulator.config import PROFILES, RECOVERABLE_PROFILES, EmulatorConfig
+from specregen.emulator.config import (
+    PROFILES,
+    RECOVERABLE_PROFILES,
+    UPSTREAM_PROFILES,
+    EmulatorConfig,
+)
 from specregen.emulator.server import RunningEmulator, serve_in_thread
 from specregen.models.kimi_k25 import IM_END, SECTION_BEGIN, KimiK25
 from specregen.models.tokenizer import load_tokenizer
@@ -53,7 +58,9 @@ SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 THINKING_OFF = {
     "openrouter": {"reasoning": {"enabled": False}},
     "vllm": {"chat_template_kwargs": {"thinking": False}},
+    "vllm-k25": {"chat_template_kwargs": {"thinking": False}},
     "sglang": {"chat_template_kwargs": {"thinking": False}},
+    "sglang-noforce": {"chat_template_kwargs": {"thinking": False}},
     "moonshot": {"thinking": {"type": "disabled"}},
     "raw": {"chat_template_kwargs": {"thinking": False}},
     "stripped": {"reasoning": {"effort": "none"}},
@@ -198,12 +205,16 @@ def has_tool_section(ids: list[int]) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Every profile, plain and streamed, with and without tools, thinking on and off
+# Every profile, plain and streamed, with and without tools, thinking on and off. The upstream
+# profiles (vLLM, SGLang) stream differently from their plain answers and lose text on some
+# paths; tests/unit/test_emulator_upstream.py checks them.
+
+LEGACY_PROFILES = [p for p in PROFILES if p not in UPSTREAM_PROFILES]
 
 
 @pytest.mark.parametrize("thinking", [True, False], ids=["thinking", "instant"])
 @pytest.mark.parametrize("tools", [True, False], ids=["tools", "no_tools"])
-@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("profile", LEGACY_PROFILES)
 def test_every_profile_reconstructs_to_the_true_ids(servers, profile, tools, thinking):
     emu = servers[profile]
     for n, question in enumerate(TOOL_QUESTIONS if tools else PLAIN_QUESTIONS):
@@ -299,14 +310,19 @@ def test_tool_ids_count_over_the_conversation(servers):
         {"role": "user", "content": "And the weather in Berlin?"},
     ]
     request = {"messages": history, "tools": TOOLS, "return_token_ids": True}
-    for profile in ("openrouter", "sglang"):
-        body = post(servers[profile], request).json()
-        calls = body["choices"][0]["message"]["tool_calls"]
-        assert [c["id"] for c in calls] == [
-            f"functions.{c['function']['name']}:{1 + i}" for i, c in enumerate(calls)]
-        sample = reconstruct("x", request, body, FMT,
-                             reference_completion_ids=body["choices"][0]["token_ids"])
-        assert sample.status == "ok" and sample.reference_match == "exact"
+    body = post(servers["openrouter"], request).json()
+    calls = body["choices"][0]["message"]["tool_calls"]
+    assert [c["id"] for c in calls] == [
+        f"functions.{c['function']['name']}:{1 + i}" for i, c in enumerate(calls)]
+    sample = reconstruct("x", request, body, FMT,
+                         reference_completion_ids=body["choices"][0]["token_ids"])
+    assert sample.status == "ok" and sample.reference_match == "exact"
+    # SGLang adds the request's history count to the index the model wrote (which already is
+    # the running count): the model wrote `:1`, the answer says `:2`.
+    body = post(servers["sglang"], request).json()
+    calls = body["choices"][0]["message"]["tool_calls"]
+    assert [c["id"] for c in calls] == [
+        f"functions.{c['function']['name']}:{2 + i}" for i, c in enumerate(calls)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,27 +332,34 @@ def test_tool_ids_count_over_the_conversation(servers):
 @pytest.mark.parametrize(("knob", "lossy"), [
     ("tool_args_whitespace_rate", {"openrouter", "vllm", "sglang"}),
     ("no_content_before_calls_rate", {"vllm"}),
-    ("wrong_tool_index_rate", {"sglang"}),
+    # SGLang's plain answer rebuilds the id from the index the model wrote: the wrong index
+    # survives (its stream numbers the calls itself: test_emulator_upstream.py).
+    ("wrong_tool_index_rate", set()),
 ])
 def test_breaking_knobs_are_flagged_where_the_provider_loses_them(start, knob, lossy):
     for profile in ("openrouter", "vllm", "sglang", "moonshot", "raw"):
         emu = start(profile=profile, **{knob: 1.0})
         request = chat_request("Weather in Paris?", tools=True, thinking=True, profile=profile)
         body = post(emu, request).json()
-        sample = reconstruct("x", request, body, FMT,
-                             reference_completion_ids=body["choices"][0]["token_ids"])
+        truth = body["choices"][0]["token_ids"]
+        sample = reconstruct("x", request, body, FMT, reference_completion_ids=truth)
         if profile in lossy:
-            assert sample.status == "flagged", profile
-            assert sample.reference_match in ("text_diff", "special_diff"), profile
+            # The answer lost what the model wrote; whatever reconstruction makes of it, it must
+            # not call wrong ids right (a restored `(no content)` is right, and says so).
+            blind = reconstruct("x", request, body, FMT)
+            wrong = blind.input_ids[blind.prompt_len:] != truth
+            assert not (blind.status == "ok" and wrong), profile
+            assert wrong or "no_content_restored" in blind.flags, profile
         else:
             assert sample.reference_match == "exact", profile
 
 
 def test_literal_markers_in_content_stay_text(start):
-    emu = start(profile="vllm", literal_marker_rate=1.0)
+    # (vLLM's own split is string-based and does not keep them: test_emulator_upstream.py.)
+    emu = start(profile="openrouter", literal_marker_rate=1.0)
     seen_marker = False
     for question in PLAIN_QUESTIONS:
-        request = chat_request(question, tools=False, thinking=True, profile="vllm")
+        request = chat_request(question, tools=False, thinking=True, profile="openrouter")
         body = post(emu, request).json()
         content = body["choices"][0]["message"]["content"]
         seen_marker |= any(m in content for m in ("<|im_end|>", "<think>", "<|tool_call_begin|>"))
@@ -349,24 +372,35 @@ def test_literal_markers_in_content_stay_text(start):
 
 
 def test_noncanonical_splits_are_benign(start):
-    emu = start(profile="vllm", noncanonical_rate=0.02)
+    # The same model without splits gives the canonical ids of the same text.
+    split = start(profile="openrouter", noncanonical_rate=0.02)
+    canonical = start(profile="openrouter")
     splits_seen = 0
     for question in TOOL_QUESTIONS + PLAIN_QUESTIONS:
         request = chat_request(question, tools="eather" in question, thinking=True,
-                               profile="vllm")
-        body = post(emu, request).json()
+                               profile="openrouter")
+        body = post(split, request).json()
         truth = body["choices"][0]["token_ids"]
+        plain = post(canonical, request).json()["choices"][0]["token_ids"]
         assert body["usage"]["completion_tokens"] == len(truth)
-        sample = reconstruct("x", request, body, FMT, reference_completion_ids=truth)
-        ours = sample.input_ids[sample.prompt_len:]
-        splits = _split_positions(truth, ours)
+        splits = _split_positions(truth, plain)
         splits_seen += splits
+        # With the server's ids, the splits are recognised as a benign re-split.
+        sample = reconstruct("x", request, body, FMT, reference_completion_ids=truth)
         assert sample.reference_match == ("benign_bpe" if splits else "exact")
-        allowed = max(4, 0.02 * len(truth))
-        if splits <= allowed:
-            assert sample.status == "ok"
+        assert sample.status == "ok" and sample.input_ids[sample.prompt_len:] == truth
+        # Without them, canonical ids are right only when there was no split; with splits the
+        # count excess on this path (thinking, maybe calls) could be lost text: not `ok`.
+        blind = reconstruct("x", request, body, FMT)
+        right = blind.input_ids[blind.prompt_len:] == truth
+        if splits:
+            assert blind.status == "flagged"
+        elif not request.get("tools"):
+            assert blind.status == "ok" and right
         else:
-            assert sample.flags == ["completion_count_mismatch"]
+            # Calls after a reasoning may also mean a section opened inside it (SGLang): the
+            # unknown provider leaves that open, but never as `ok` with other ids.
+            assert blind.status != "ok" or right
     assert splits_seen > 0
 
 
@@ -667,4 +701,5 @@ def test_real_kimi_vocabulary(kimi_tok):
                 assert truth[-1] == 163586 and 163595 in truth  # <|im_end|>, section begin
                 sample = reconstruct("x", request, body, fmt, reference_completion_ids=truth)
                 assert sample.reference_match in ("exact", "benign_bpe")
-                assert set(sample.flags) <= {"tool_calls_in_content", "completion_count_mismatch"}
+                assert set(sample.flags) <= {"tool_calls_in_content", "completion_count_mismatch",
+                                             "noncanonical_split", "completion_count_inexact"}

@@ -13,18 +13,25 @@ from typer.testing import CliRunner
 
 from specregen.cli import app
 from specregen.gate import CHECKS, GateConfig, check_sample, run_gate
+from specregen.gate_command import OUTPUT_FILES
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
     SECTION_BEGIN,
     SECTION_END,
+    KimiK25,
 )
+from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
-from specregen.records import Prompt, TokenSample, ToolCall
+from specregen.records import Prompt, ProviderTraits, TokenSample, ToolCall
 from specregen.sources import BUNDLED_SAMPLES, read_source
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN
-from specregen.store.token_samples import read_token_samples, write_token_samples
+from specregen.store.token_samples import (
+    read_token_meta,
+    read_token_samples,
+    write_token_samples,
+)
 
 WEATHER = {
     "name": "get_weather",
@@ -63,6 +70,11 @@ GLAIVE_REQUEST = {
     ],
 }
 ARGS = '{"city": "Paris"}'
+# A provider whose parsers its probe knows (vLLM-like: ids as written, nothing deleted, the stop
+# token counted, a section opened inside the reasoning left there): equal counts then prove the
+# ids, as the gate's clean samples need.
+KNOWN = ProviderTraits(renumbers_tool_ids=False, deletes_no_content=False, counts_stop_token=True,
+                       ends_reasoning_at_tools=False)
 
 
 def call(args: str = ARGS, name: str = "get_weather", call_id: str | None = None) -> dict:
@@ -83,12 +95,15 @@ def response(message: dict, finish: str, usage: dict | None = None) -> dict:
 def build(fmt, message: dict, finish: str = "stop", request: dict = REQUEST,
           sample_id: str = "s", usage: bool = True) -> TokenSample:
     """A reconstructed sample; with `usage`, the provider's counts equal ours (a clean sample)."""
-    first = reconstruct(sample_id, request, response(message, finish), fmt)
+    first = reconstruct(sample_id, request, response(message, finish), fmt, traits=KNOWN)
     if not usage or first.status == "error":
         return first
-    counts = {"prompt_tokens": first.prompt_len, "completion_tokens": first.completion_len,
-              "completion_tokens_details": {"reasoning_tokens": 3}}
-    return reconstruct(sample_id, request, response(message, finish, counts), fmt)
+    # A provider that dropped the reasoning still counted its tokens.
+    dropped = 3 if first.thinking and not first.reasoning else 0
+    counts = {"prompt_tokens": first.prompt_len, "completion_tokens": first.completion_len
+              + dropped, "completion_tokens_details": {"reasoning_tokens": 3}}
+    return reconstruct(sample_id, request, response(message, finish, counts), fmt,
+                       traits=KNOWN)
 
 
 def reasons_of(decision) -> dict[str, str]:
@@ -270,11 +285,20 @@ CORRUPT = {
                          "tool_calls", REQUEST, "reconstruction", "markers_stripped"),
     "dropped_reasoning": ({"content": "Sunny."}, "stop", REQUEST, "reconstruction",
                           "reasoning_missing"),
-    "section_inside_reasoning": (
-        {"reasoning": "I call it." + raw_section(("functions.get_weather:0", ARGS)),
-         "content": None},
-        "tool_calls", REQUEST, "reconstruction", "tool_calls_in_reasoning"),
 }
+SECTION_IN_REASONING = {"reasoning": "I call it." + raw_section(("functions.get_weather:0", ARGS)),
+                        "content": None}
+
+
+def test_section_inside_reasoning_needs_the_count_to_prove_it(mini_fmt):
+    # Without counts, the `</think>` the model may have written before it is unknown.
+    unproven = build(mini_fmt, SECTION_IN_REASONING, "tool_calls", usage=False)
+    decision = check_sample(unproven, mini_fmt, GateConfig(min_evidence="none"))
+    assert "tool_calls_in_reasoning" in reasons_of(decision)["reconstruction"]
+    # An equal completion count rules the other readings out: the ids are what was written.
+    proven = build(mini_fmt, SECTION_IN_REASONING, "tool_calls")
+    assert proven.evidence == "usage_exact"
+    assert check_sample(proven, mini_fmt, GateConfig()).accepted
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPT))
@@ -535,16 +559,28 @@ def test_trigger_agreement_with_the_dataset_answers(mini_fmt):
 # --- the command ------------------------------------------------------------------------------
 
 
-def write_requests(path, n_clean: int, n_bad: int) -> None:
+def write_requests(path, n_clean: int, n_bad: int, tokenizer: str = "mini") -> None:
     lines = []
+    fmt = KimiK25(load_tokenizer(tokenizer))
+
+    def answered(message, finish, request):
+        # With the counts a faithful provider reports: the gate wants usage as evidence.
+        first = reconstruct("x", request, response(message, finish), fmt)
+        counts = {"prompt_tokens": first.prompt_len, "completion_tokens": first.completion_len}
+        return response(message, finish, counts), first.input_ids[first.prompt_len :]
+
+    # The server's own ids come along (the command takes them): the evidence that proves
+    # a structured call whatever the provider's parsers did.
     for i in range(n_clean):
         message, finish, request = CLEAN["structured" if i % 2 else "text_with_tools"]
-        lines.append({"sample_id": f"ok{i}", "request": request,
-                      "response": response(message, finish)})
+        body, ids = answered(message, finish, request)
+        lines.append({"sample_id": f"ok{i}", "request": request, "response": body,
+                      "reference_completion_ids": ids})
     for i in range(n_bad):
         message, finish, request, *_ = CORRUPT["invalid_json" if i % 2 else "wrong_index"]
-        lines.append({"sample_id": f"bad{i}", "request": request,
-                      "response": response(message, finish)})
+        body, ids = answered(message, finish, request)
+        lines.append({"sample_id": f"bad{i}", "request": request, "response": body,
+                      "reference_completion_ids": ids})
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
@@ -566,8 +602,7 @@ def test_cli_fails_above_the_threshold(tokens, tmp_path):
                                       "--dataset", "B1_glaive"])
     assert result.exit_code == 1, result.output
     assert "FAIL" in result.output and "exceeds the threshold 2.00%" in result.output
-    assert sorted(p.name for p in out.iterdir()) == [
-        "accepted.parquet", "quarantined.parquet", "report.json", "report.md"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] == "fail"
     assert report["why"] == ["quarantined share 8.00% (4 of 50) exceeds the threshold 2.00%"]
@@ -639,3 +674,95 @@ def test_cli_refuses_another_tokenizer_than_the_ids_were_built_with(tokens, tmp_
     assert result.exit_code == 2
     assert "was not built with tokenizer 'specregen-mini'" in result.output
     assert not (tmp_path / "o").exists()
+
+
+# --- the token file names its tokenizer -------------------------------------------------------
+
+
+def reconstructed_with(tokenizer: str, folder) -> object:
+    src = folder / "requests.jsonl"
+    write_requests(src, 3, 0, tokenizer)
+    out = folder / "tokens.parquet"
+    result = CliRunner().invoke(app, ["reconstruct", str(src), "--tokenizer", tokenizer,
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_gate_reads_the_tokenizer_from_a_real_vocabulary_file(tmp_path):
+    from tests.support import kimi_tokenizer_dir
+
+    kimi = kimi_tokenizer_dir()
+    if kimi is None:
+        pytest.skip("KIMI_TOKENIZER_DIR is not set to a folder with tiktoken.model")
+    tokens = reconstructed_with(str(kimi), tmp_path)
+    meta = read_token_meta(tokens)
+    assert meta is not None and meta.tokenizer == str(kimi.resolve())
+    assert meta.format["name"] == "kimi-k2.5" and len(meta.tokenizer_fingerprint) == 64
+    result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(tmp_path / "gate")])
+    assert result.exit_code == 0, result.output
+    accepted = tmp_path / "gate" / "accepted.parquet"
+    assert read_token_meta(accepted) == meta  # the shards keep naming it
+    # Another vocabulary is refused, naming both.
+    result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(tmp_path / "g2"),
+                                      "--tokenizer", "mini"])
+    assert result.exit_code == 2
+    assert "was built with tokenizer" in result.output and "specregen-mini" in result.output
+
+
+def test_gate_default_tokenizer_and_a_moved_one(tmp_path):
+    tokens = reconstructed_with("mini", tmp_path)
+    assert read_token_meta(tokens).tokenizer == "mini"
+    result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(tmp_path / "gate")])
+    assert result.exit_code == 0, result.output
+    # The same vocabulary from another folder is the same tokenizer.
+    import shutil
+
+    from specregen.models.tokenizer import MINI_TOKENIZER_DIR
+
+    copy_dir = tmp_path / "mini_copy"
+    shutil.copytree(MINI_TOKENIZER_DIR, copy_dir)
+    result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(tmp_path / "g2"),
+                                      "--tokenizer", str(copy_dir)])
+    assert result.exit_code == 0, result.output
+
+
+def test_min_evidence_quarantines_weaker_samples_and_the_report_splits_them(mini_fmt):
+    message, finish, request = {"reasoning": "r", "content": "Hi."}, "stop", PLAIN_REQUEST
+    proven = build(mini_fmt, message, finish, request, sample_id="a")
+    unproven = build(mini_fmt, message, finish, request, sample_id="b", usage=False)
+    assert unproven.status == "ok"
+    assert proven.evidence == "usage_exact" and unproven.evidence == "none"
+    report = run_gate([proven, unproven], mini_fmt, GateConfig(max_quarantine_share=1.0),
+                      dataset="d")
+    assert report.by_check["evidence"] == 1
+    assert report.totals["accepted_by_evidence"] == {
+        "reference": 0, "usage_exact": 1, "usage_tolerated": 0, "none": 0}
+    assert "## Accepted samples by evidence" in report.to_markdown()
+    loose = run_gate([proven, unproven], mini_fmt, GateConfig(min_evidence="none"), dataset="d")
+    assert loose.totals["accepted_by_evidence"]["none"] == 1
+    strict = run_gate([proven], mini_fmt, GateConfig(min_evidence="reference",
+                                                     max_quarantine_share=1.0), dataset="d")
+    assert strict.totals["accepted"] == 0
+    with pytest.raises(ValueError, match="min_evidence"):
+        GateConfig(min_evidence="strong")
+
+
+def test_gate_tolerances_are_reconstructions(mini_fmt):
+    config = GateConfig().override({"completion_tolerance_abs": 9, "prompt_tolerance": 2})
+    tolerance = config.reconstruct_config().tolerance
+    assert (tolerance.prompt, tolerance.completion_abs) == (2, 9)
+    assert tolerance == config.tolerance
+    # Raising the gate's tolerance raises reconstruction's: a sample 6 tokens off in instant
+    # mode is `ok` under both, where the defaults flag it in both.
+    message = {"content": "Hi there."}
+    first = reconstruct("s", PLAIN_REQUEST | {"chat_template_kwargs": {"thinking": False}},
+                        response(message, "stop"), mini_fmt)
+    counts = {"prompt_tokens": first.prompt_len, "completion_tokens": first.completion_len + 6}
+    args = ("s", PLAIN_REQUEST | {"chat_template_kwargs": {"thinking": False}},
+            response(message, "stop", counts), mini_fmt)
+    assert reconstruct(*args).status == "flagged"
+    raised = reconstruct(*args, config=config.reconstruct_config())
+    assert raised.status == "ok"
+    assert check_sample(raised, mini_fmt, config).accepted
+    assert not check_sample(raised, mini_fmt, GateConfig()).accepted

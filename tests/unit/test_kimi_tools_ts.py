@@ -17,7 +17,7 @@ import pytest
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
-from specregen.models.kimi_tools_ts import (
+from specregen.models.kimi_k25.tools_ts import (
     ToolDeclarationError,
     deep_sort,
     encode_tools_to_typescript,

@@ -44,9 +44,11 @@ from specregen.probe.classify import (
     reasoning_field_of,
     recoverable_by_mode,
 )
+from specregen.probe.model import PROFILE_VERSION, Observation, ParserFindings
 from specregen.probe.run import scenario_config
-from specregen.probe.scenarios import glaive_probe_prompt
-from specregen.records import ToolCall
+from specregen.probe.scenarios import glaive_probe_prompt, history_messages
+from specregen.probe.traits import infer_findings
+from specregen.records import ProviderTraits, ToolCall
 from specregen.sources import BUNDLED_SAMPLES
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN
 
@@ -387,7 +389,8 @@ def test_run_check_refuses_a_profile_of_another_endpoint(tmp_path):
 
 def test_scenarios_ask_each_way_a_run_can():
     scenarios = {s.name: s for s in build_scenarios(2)}
-    assert list(scenarios) == ["tools", "system_prompt", "thinking_on", "thinking_off"]
+    assert list(scenarios) == ["tools", "system_prompt", "thinking_on", "thinking_off",
+                               "history", "plain"]
     base = cfg(reasoning={"effort": "high"})
     tools_body = build_request(scenarios["tools"].prompts[0], scenario_config(base,
                                                                               scenarios["tools"]))
@@ -474,3 +477,234 @@ def test_401_and_402_stop_the_probe_naming_the_variable(status, words):
         run_with(status, {"error": {"code": status, "message": f"no ({SECRET})"}}, key=SECRET)
     assert words in str(info.value) and info.value.key_error
     assert SECRET not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parser findings (traits). Each case starts from the text the model wrote (its true token ids,
+# from the tokenizer alone) and applies by hand what the upstream parser does to it
+# (docs/upstream-parsers.md); the probe must read the behaviour back from the response alone.
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}
+THINKING_OFF = {"chat_template_kwargs": {"thinking": False}}
+
+
+def section(*calls: tuple[str, str]) -> str:
+    inner = "".join(f"{CALL_BEGIN}{i}{ARG_BEGIN}{a}{CALL_END}" for i, a in calls)
+    return f"{SECTION_BEGIN}{inner}{SECTION_END}"
+
+
+def answer(fmt, request: dict[str, Any], written: str, message: dict[str, Any], *,
+           counts_stop: bool = True, finish: str = "stop",
+           token_ids: bool = False) -> Observation:
+    """`written`: the model's text after the prompt (`<|im_end|>` included); `message`: what the
+    server's parsers made of it."""
+    ids = fmt.tok.encode_with_specials(written)
+    thinking = request.get("chat_template_kwargs", {}).get("thinking", True)
+    prompt = fmt.encode_prompt(request["messages"], request.get("tools"), thinking=thinking)
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", **message},
+                              "finish_reason": finish}
+    if token_ids:
+        choice["token_ids"] = ids
+    response = {"choices": [choice], "usage": {
+        "prompt_tokens": len(prompt), "completion_tokens": len(ids) - (0 if counts_stop else 1)}}
+    return observe(0, request, response, fmt=fmt)
+
+
+def findings_of(*groups: tuple[str, list[Observation]]) -> ParserFindings:
+    results = []
+    for name, observations in groups:
+        result = ScenarioResult(name=name, description=name, tool_mode="tools",
+                                tools_sent=True, thinking=None)
+        results.append(summarize(result, observations))
+    return infer_findings(results)
+
+
+def weather_request(**extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": "Weather in Paris? Use the tool."}],
+            "tools": [WEATHER], **extra}
+
+
+def plain_request(**extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": "What is a prime?"}], **extra}
+
+
+def call_json(call_id: str, arguments: str = ARGS) -> dict[str, Any]:
+    return {"id": call_id, "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}
+
+
+def test_stop_token_counted_or_not_is_read_from_a_clean_answer(mini_fmt):
+    text = "A prime has two divisors.</think>A prime is divisible only by 1 and itself."
+    message = {"reasoning": "A prime has two divisors.",
+               "content": "A prime is divisible only by 1 and itself."}
+    for counts in (True, False):
+        obs = answer(mini_fmt, plain_request(), text + "<|im_end|>", message,
+                     counts_stop=counts)
+        assert obs.countable and obs.raw_completion_offset == (0 if counts else -1)
+        found = findings_of(("plain", [obs]))
+        assert found.counts_stop_token is counts, found.evidence
+
+
+def test_vllm_deleting_the_placeholder_is_proven_by_the_count(mini_fmt):
+    # vLLM's kimi_k2 parser: `(no content)` deleted, the blank content becomes null.
+    written = "Call it.</think>(no content)" + section(("functions.get_weather:0", ARGS))
+    message = {"reasoning": "Call it.", "content": None,
+               "tool_calls": [call_json("functions.get_weather:0")]}
+    deleted = answer(mini_fmt, weather_request(), written + "<|im_end|>", message,
+                     finish="tool_calls")
+    clean = answer(mini_fmt, plain_request(), "Hm.</think>Yes.<|im_end|>",
+                   {"reasoning": "Hm.", "content": "Yes."})
+    n = len(mini_fmt.tok.encode_ordinary("(no content)"))
+    assert deleted.raw_completion_offset == n and deleted.content_kind == "none"
+    found = findings_of(("tools", [deleted]), ("plain", [clean]))
+    assert (found.deletes_no_content, found.counts_stop_token) == (True, True)
+    # Without a clean answer the stop-token rule is unknown, and so is the deletion.
+    assert findings_of(("tools", [deleted])).deletes_no_content is None
+    # With the model's own ids the deletion is seen directly.
+    by_ids = answer(mini_fmt, weather_request(), written + "<|im_end|>", message,
+                    finish="tool_calls", token_ids=True)
+    assert by_ids.wrote_placeholder is True
+    assert findings_of(("tools", [by_ids])).deletes_no_content is True
+
+
+def test_a_server_that_keeps_the_placeholder(mini_fmt):
+    written = "Call it.</think>(no content)" + section(("functions.get_weather:0", ARGS))
+    message = {"reasoning_content": "Call it.", "content": "(no content)",
+               "tool_calls": [call_json("functions.get_weather:0")]}
+    kept = answer(mini_fmt, weather_request(), written + "<|im_end|>", message,
+                  finish="tool_calls")
+    assert kept.content_kind == "placeholder"
+    assert findings_of(("tools", [kept])).deletes_no_content is False
+
+
+def history_request() -> dict[str, Any]:
+    return {"messages": history_messages("Paris"), "tools": [WEATHER]}
+
+
+def test_sglang_renumbering_shows_in_the_history_scenario(mini_fmt):
+    # Two earlier calls: K2.5 writes `functions.get_weather:2`; SGLang (non-streamed) returns
+    # functions.{name}:{history + index written} = :4.
+    written = "Once more.</think>" + section(("functions.get_weather:2", ARGS))
+    renumbered = answer(mini_fmt, history_request(), written + "<|im_end|>", {
+        "reasoning_content": "Once more.", "content": "",
+        "tool_calls": [call_json("functions.get_weather:4")]}, finish="tool_calls")
+    verbatim = answer(mini_fmt, history_request(), written + "<|im_end|>", {
+        "reasoning": "Once more.", "content": None,
+        "tool_calls": [call_json("functions.get_weather:2")]}, finish="tool_calls")
+    assert renumbered.history_tool_calls == 2 and renumbered.returned_indices == [4]
+    assert findings_of(("history", [renumbered])).renumbers_tool_ids is True
+    assert findings_of(("history", [verbatim])).renumbers_tool_ids is False
+    # One answer that only renumbering explains settles it.
+    assert findings_of(("history", [verbatim, renumbered])).renumbers_tool_ids is True
+    # The same ids outside the history scenario say nothing.
+    assert findings_of(("tools", [renumbered])).renumbers_tool_ids is None
+    # The model's own ids decide even when it wrote an unexpected index.
+    odd = "Once more.</think>" + section(("functions.get_weather:0", ARGS))
+    by_ids = answer(mini_fmt, history_request(), odd + "<|im_end|>", {
+        "reasoning_content": "Once more.", "content": "",
+        "tool_calls": [call_json("functions.get_weather:2")]}, finish="tool_calls",
+        token_ids=True)
+    assert by_ids.written_indices == [0]
+    assert findings_of(("history", [by_ids])).renumbers_tool_ids is True
+
+
+def test_sglang_without_forced_reasoning_returns_the_output_unsplit(mini_fmt):
+    written = "Let me see.</think>A prime has exactly two divisors."
+    unsplit = answer(mini_fmt, plain_request(), written + "<|im_end|>",
+                     {"content": written, "reasoning_content": None})
+    assert unsplit.think_end_in_content and not unsplit.countable
+    found = findings_of(("plain", [unsplit]))
+    assert found.splits_reasoning is False and found.counts_stop_token is None
+    split = answer(mini_fmt, plain_request(), written + "<|im_end|>", {
+        "reasoning_content": "Let me see.", "content": "A prime has exactly two divisors."})
+    assert findings_of(("plain", [split])).splits_reasoning is True
+    assert findings_of(("plain", [split, unsplit])).splits_reasoning is None
+
+
+def test_vllm_k25_calls_instant_output_reasoning(mini_fmt):
+    # Thinking off: the prompt ends `<think></think>`, the model writes only the answer, and
+    # the kimi_k25 parser (thinking forced on) returns all of it as reasoning.
+    forced = answer(mini_fmt, plain_request(**THINKING_OFF), "A prime.<|im_end|>",
+                    {"reasoning": "A prime.", "content": None})
+    honest = answer(mini_fmt, plain_request(**THINKING_OFF), "A prime.<|im_end|>",
+                    {"content": "A prime."})
+    assert not forced.countable and honest.countable
+    assert findings_of(("thinking_off", [forced])).forces_reasoning is True
+    assert findings_of(("thinking_off", [honest])).forces_reasoning is False
+    assert findings_of(("thinking_off", [honest])).counts_stop_token is True
+
+
+def test_a_section_opened_inside_the_thinking(mini_fmt):
+    # K2.5 opens the tool section without writing `</think>` first.
+    written = "I will call it." + section(("functions.get_weather:0", ARGS)) + "<|im_end|>"
+    clean = answer(mini_fmt, plain_request(), "Hm.</think>Yes.<|im_end|>",
+                   {"reasoning": "Hm.", "content": "Yes."})
+    # SGLang with forced reasoning ends the reasoning at the section and parses the calls: the
+    # API looks as if the model had closed its thinking, but usage is one short of our count
+    # (we insert a `</think>` the model never wrote).
+    ended = answer(mini_fmt, weather_request(), written, {
+        "reasoning_content": "I will call it.", "content": "",
+        "tool_calls": [call_json("functions.get_weather:0")]}, finish="tool_calls")
+    assert ended.raw_completion_offset == -1
+    found = findings_of(("tools", [ended]), ("plain", [clean]))
+    assert (found.ends_reasoning_at_tools, found.counts_stop_token) == (True, True)
+    by_ids = answer(mini_fmt, weather_request(), written, {
+        "reasoning_content": "I will call it.", "content": "",
+        "tool_calls": [call_json("functions.get_weather:0")]}, finish="tool_calls",
+        token_ids=True)
+    assert by_ids.section_in_think is True
+    assert findings_of(("tools", [by_ids])).ends_reasoning_at_tools is True
+    # vLLM's kimi_k2 reasoning parser finds no `</think>`: everything is reasoning, markers too.
+    kept = answer(mini_fmt, weather_request(), written,
+                  {"reasoning": written.removesuffix("<|im_end|>"), "content": None})
+    assert kept.calls_where == "raw_reasoning"
+    assert findings_of(("tools", [kept])).ends_reasoning_at_tools is False
+    # Without tools no parser ran: the same answer tells nothing about one.
+    plain = answer(mini_fmt, {"messages": weather_request()["messages"]}, written,
+                   {"reasoning": written.removesuffix("<|im_end|>"), "content": None})
+    assert findings_of(("system_prompt", [plain])).ends_reasoning_at_tools is None
+
+
+def test_the_pipeline_config_takes_a_probe_mode():
+    from specregen.config import ConfigError, parse_config
+
+    base = {"storage": "out", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"},
+            "datasets": [{"name": "d", "adapter": "glaive", "source": "bundled:B1_glaive"}]}
+    assert parse_config(base).probe == "auto"
+    assert parse_config({**base, "probe": "required"}).probe == "required"
+    with pytest.raises(ConfigError, match="probe"):
+        parse_config({**base, "probe": "sometimes"})
+
+
+def test_nothing_to_tell_leaves_every_finding_unknown():
+    found = infer_findings([scenario("tools", [STRUCTURED])])
+    assert (found.renumbers_tool_ids, found.deletes_no_content, found.splits_reasoning,
+            found.counts_stop_token) == (None, None, None, None)
+    assert found.ends_reasoning_at_tools is None
+    assert set(found.evidence) == {"renumbers_tool_ids", "deletes_no_content",
+                                   "splits_reasoning", "counts_stop_token",
+                                   "ends_reasoning_at_tools", "forces_reasoning"}
+
+
+def test_profile_traits_round_trip_and_old_versions_are_refused(tmp_path):
+    profile = stripped_profile()
+    profile.findings = ParserFindings(renumbers_tool_ids=True, deletes_no_content=False,
+                                      splits_reasoning=None, counts_stop_token=True,
+                                      evidence={"renumbers_tool_ids": "seen"})
+    path = save_profile(profile, tmp_path / "p.json")
+    loaded = load_profile(path)
+    assert loaded.traits() == ProviderTraits(renumbers_tool_ids=True, deletes_no_content=False,
+                                             splits_reasoning=None, counts_stop_token=True)
+    assert loaded.findings.evidence == {"renumbers_tool_ids": "seen"}
+    old = json.loads(path.read_text())
+    old["version"] = PROFILE_VERSION - 1
+    del old["findings"]
+    path.write_text(json.dumps(old))
+    with pytest.raises(ProfileError, match=f"version {PROFILE_VERSION - 1}.*probe the endpoint"):
+        load_profile(path)
+    bad = json.loads(profile.to_json())
+    bad["findings"]["counts_stop_token"] = "yes"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(ProfileError, match=r"findings\.counts_stop_token"):
+        load_profile(path)

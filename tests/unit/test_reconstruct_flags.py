@@ -8,6 +8,7 @@ import pytest
 
 from specregen.normalize import thinking_from_request
 from specregen.reconstruct import ReconstructConfig, reconstruct
+from specregen.records import ProviderTraits, UsageTolerance
 
 TOOLS = [
     {
@@ -57,8 +58,14 @@ def exact_usage(fmt, request, message, finish="stop"):
 def test_clean_tool_call_is_ok(fmt):
     message = {"reasoning": "Need weather.", "content": None, "tool_calls": [call()]}
     usage = exact_usage(fmt, REQUEST, message, "tool_calls")
-    sample = reconstruct("s", REQUEST, response(message, "tool_calls", usage), fmt)
+    # A provider whose parsers are known (its probe): no other reading has this count.
+    known = ProviderTraits(renumbers_tool_ids=False, deletes_no_content=False,
+                           counts_stop_token=True, ends_reasoning_at_tools=False)
+    sample = reconstruct("s", REQUEST, response(message, "tool_calls", usage), fmt, traits=known)
     assert sample.status == "ok", sample.flags
+    # Unknown, a `</think>` the model may not have written leaves the count in doubt.
+    unknown = reconstruct("s", REQUEST, response(message, "tool_calls", usage), fmt)
+    assert unknown.status == "flagged" and "reading_ambiguous" in unknown.flags
     assert sample.usage_prompt_delta == 0 and sample.usage_completion_delta == 0
     completion = sample.input_ids[sample.prompt_len :]
     assert completion[-1] == fmt.ids["<|im_end|>"]
@@ -104,10 +111,20 @@ def test_counts_far_from_usage_are_flagged(fmt):
     sample = reconstruct("s", REQUEST, response(message, usage=far), fmt)
     assert sample.status == "flagged" and "completion_count_mismatch" in sample.flags
     assert sample.usage_completion_delta == -50
+    # One token more than ours: a non-canonical split, or whitespace the reasoning split
+    # trimmed. On that path only an equal count is evidence.
     near = {**usage, "completion_tokens": usage["completion_tokens"] + 1}
-    assert reconstruct("s", REQUEST, response(message, usage=near), fmt).status == "ok"
-    strict = ReconstructConfig(completion_tolerance_abs=0, completion_tolerance_rel=0)
-    assert reconstruct("s", REQUEST, response(message, usage=near), fmt,
+    sample = reconstruct("s", REQUEST, response(message, usage=near), fmt)
+    assert sample.status == "flagged" and "completion_count_inexact" in sample.flags
+    # In instant mode without calls no parser touches the text: the tolerance applies.
+    instant = {**REQUEST, "chat_template_kwargs": {"thinking": False}}
+    plain = {"content": "Sunny."}
+    usage = exact_usage(fmt, instant, plain)
+    near = {**usage, "completion_tokens": usage["completion_tokens"] + 1}
+    sample = reconstruct("s", instant, response(plain, usage=near), fmt)
+    assert sample.status == "ok" and sample.evidence == "usage_tolerated"
+    strict = ReconstructConfig(UsageTolerance(completion_abs=0, completion_rel=0))
+    assert reconstruct("s", instant, response(plain, usage=near), fmt,
                        config=strict).status == "flagged"
 
 

@@ -266,10 +266,10 @@ def test_reconstructed_ids_equal_true_ids(fmt, truth: Truth, dialect: str, pad: 
     assert sample.reference_match == "exact"
     assert sample.usage_completion_delta == 0
     literal_markers = any(m in truth.content or m in truth.reasoning for m in TOOL_MARKER_STRINGS)
-    if literal_markers:
-        assert sample.status == "flagged" and "markers_in_text" in sample.flags
-    else:
-        assert sample.status == "ok", sample.flags
+    # The server's ids matched ours: literal marker text is proven text, not a doubt.
+    assert ("markers_in_text" in sample.flags) == literal_markers
+    assert sample.status == "ok", sample.flags
+    assert sample.evidence == "reference"
     assert ("truncated" in sample.flags) == (truth.truncated_in is not None)
     expected_calls = [(c.id, c.name, c.arguments) for c in sample.tool_calls]
     assert expected_calls == [

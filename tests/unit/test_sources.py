@@ -63,9 +63,11 @@ def function_call_tool(name: str, description: str, parameters: dict[str, Any]) 
 # --- registry and arguments -----------------------------------------------------------------
 
 
-def test_adapters_are_registered_and_the_default_system_prompt_is_exported():
+def test_adapters_are_registered_and_add_no_system_prompt_of_their_own():
     assert set(ADAPTERS) == {"glaive", "opencodeinstruct", "magicoder", "messages", "sharegpt"}
-    assert DEFAULT_SYSTEM_PROMPT == "You are Kimi, an AI assistant created by Moonshot AI."
+    # A row without a system text gets none: the chat format's template decides (K2.5 injects
+    # its default), not the adapter.
+    assert DEFAULT_SYSTEM_PROMPT is None
 
 
 def test_unknown_adapter_names_the_known_ones():
@@ -153,7 +155,7 @@ def test_glaive_two_function_row_with_a_first_call(glaive_defects):
     prompt = glaive_defects[2]
     assert prompt.messages[0] == {"role": "system", "content": TOOLS_SYSTEM}
     assert (
-        prompt.messages[1]["content"] == "What's the weather like in Tokyo right now? Use celsius."
+        prompt.messages[-1]["content"] == "What's the weather like in Tokyo right now? Use celsius."
     )
     assert prompt.tool_mode == "tools"
     assert [t["function"]["name"] for t in prompt.tools] == ["get_weather", "get_stock_price"]
@@ -184,7 +186,7 @@ def test_glaive_pretty_printed_arguments_with_an_apostrophe(glaive_defects):
 
 def test_glaive_unicode_is_kept_raw(glaive_defects):
     prompt = glaive_defects[1]
-    assert prompt.messages[1]["content"] == "Can you translate something into French for me?"
+    assert prompt.messages[-1]["content"] == "Can you translate something into French for me?"
     turns = glaive.parse_chat(json.loads(GLAIVE_DEFECTS.read_text())[1]["chat"])
     assert turns[3].call == (
         "translate_text",
@@ -212,13 +214,13 @@ def test_glaive_arguments_written_as_an_object(glaive_defects):
 
 def test_glaive_role_words_inside_a_line_do_not_split_turns(glaive_defects):
     prompt = glaive_defects[7]
-    assert prompt.messages[1]["content"] == (
+    assert prompt.messages[-1]["content"] == (
         "In a chat log, what does the prefix 'USER: ' mean? And 'ASSISTANT: '?"
     )
 
 
 def test_glaive_reference_is_none_when_the_next_turn_is_not_an_answer(glaive_defects):
-    assert glaive_defects[8].messages[1]["content"] == "I have a question about sorting."
+    assert glaive_defects[8].messages[-1]["content"] == "I have a question about sorting."
     assert glaive_defects[8].meta["reference_first_turn"] is None
 
 
@@ -332,10 +334,7 @@ def test_bundled_opencodeinstruct_sample():
     assert len(prompts) == 24
     for row, prompt in zip(rows, prompts, strict=True):
         assert prompt.sample_id == row["id"]
-        assert prompt.messages == [
-            {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
-            {"role": "user", "content": row["input"]},
-        ]
+        assert prompt.messages == [{"role": "user", "content": row["input"]}]
         assert prompt.tools is None
         assert prompt.meta["domain"] == row["domain"]
         assert prompt.meta["generation_algorithm"] == row["generation_algorithm"]
@@ -354,8 +353,8 @@ def test_bundled_magicoder_sample_with_and_without_the_prefix():
     prefixed = records(adapter, path, dataset="B3_magicoder", instruction_prefix=True)
     assert len(plain) == len(prefixed) == 24
     for row, a, b in zip(rows, plain, prefixed, strict=True):
-        assert a.messages[1]["content"] == row["problem"]
-        assert b.messages[1]["content"] == OSS_INSTRUCTION_PREFIX + row["problem"]
+        assert a.messages[-1]["content"] == row["problem"]
+        assert b.messages[-1]["content"] == OSS_INSTRUCTION_PREFIX + row["problem"]
         assert a.sample_id == b.sample_id
         assert a.meta["variant"] == "oss"
         assert a.meta["lang"] == row["lang"]
@@ -401,7 +400,7 @@ def test_magicoder_detects_evol_rows_and_rejects_unknown_ones(tmp_path):
         ],
     )
     evol, unknown = records("magicoder", source, instruction_prefix=True)
-    assert evol.messages[1]["content"] == "Fix this loop."
+    assert evol.messages[-1]["content"] == "Fix this loop."
     assert evol.meta["variant"] == "evol"
     assert evol.meta["reference_first_turn"] == {"kind": "text", "content": "Done."}
     assert "neither 'problem' (OSS-Instruct) nor 'instruction' (Evol)" in unknown.reason
@@ -468,7 +467,7 @@ def test_messages_adapter(tmp_path):
     }
     second = got[1]
     assert second.sample_id == "u7"
-    assert second.messages[0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    assert second.messages[0]["role"] == "user"
     assert second.tools == [wrapped]
     assert second.meta["reference_first_turn"] == {"kind": "text", "content": "Hello"}
     assert "messages[0].content is not a string (got array)" in got[2].reason
@@ -530,7 +529,7 @@ def test_sharegpt_adapter(tmp_path):
     ]
     assert got[0].meta["reference_first_turn"] == {"kind": "text", "content": "4"}
     assert got[1].tools == [{"type": "function", "function": WEATHER_SPEC}]
-    assert got[1].messages[0]["content"] == DEFAULT_SYSTEM_PROMPT
+    assert got[1].messages[0]["role"] == "user"
     assert got[1].meta["reference_first_turn"] == {
         "kind": "tool_call",
         "name": "get_weather",
@@ -753,12 +752,12 @@ def test_real_magicoder_rows():
     evol = shared("B3_magicoder_evol.jsonl")
     (o,) = records("magicoder", oss, dataset="B3_magicoder", instruction_prefix=True)
     (e,) = records("magicoder", evol, dataset="B3_magicoder", instruction_prefix=True)
-    assert o.messages[1]["content"].startswith(
+    assert o.messages[-1]["content"].startswith(
         "Write a solution to the following coding problem:\nYou are given two arrays, A and B"
     )
     assert (o.meta["variant"], o.meta["lang"], o.meta["index"]) == ("oss", "cpp", 4626)
     assert e.meta["variant"] == "evol"
-    assert e.messages[1]["content"] == json.loads(evol.read_text("utf-8"))["instruction"]
+    assert e.messages[-1]["content"] == json.loads(evol.read_text("utf-8"))["instruction"]
 
 
 def test_real_llamafactory_sharegpt_demo():
@@ -773,7 +772,7 @@ def test_real_llamafactory_sharegpt_demo():
     assert rejects[0].row == "B1_glaive_llamafactory_sharegpt_demo.jsonl#6"
     assert sum(p.tools is None for p in prompts) > 0  # tools "[]" means none
     first = prompts[0]
-    assert first.messages[1]["content"].startswith("Hi, I have some ingredients")
+    assert first.messages[-1]["content"].startswith("Hi, I have some ingredients")
     assert first.tools[0]["function"]["name"] == "search_recipes"
     assert first.meta["reference_first_turn"]["kind"] == "text"
     calls = [p.meta["reference_first_turn"] for p in prompts if p.meta["reference_first_turn"]]

@@ -13,10 +13,19 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
+from specregen.models.chat_format import (
+    CallStructure,
+    FormatError,
+    ParsedCalls,
+    Reading,
+    package_files,
+)
 from specregen.models.tokenizer import Tokenizer, TokenizerError
-from specregen.records import ToolCall
+from specregen.normalize import thinking_from_request
+from specregen.records import Completion, ProviderTraits, ToolCall
 
 IM_END = "<|im_end|>"
 IM_USER = "<|im_user|>"
@@ -37,17 +46,19 @@ REQUIRED_TOKENS = (IM_END, IM_USER, IM_ASSISTANT, IM_SYSTEM, IM_MIDDLE, *TOOL_MA
                    THINK_END)
 
 DEFAULT_SYSTEM_PROMPT = "You are Kimi, an AI assistant created by Moonshot AI."
+# The chat_template_kwargs key that turns thinking on/off where servers render the template
+# (vLLM, SGLang): the K2.5 template reads `thinking`.
+THINKING_SWITCH = "thinking"
+# Reconstruction reads the endpoint probe's findings about the K2.5 parsers (ProviderTraits).
+READS_PROVIDER_TRAITS = True
 
 ToolsFormat = Literal["typescript", "json"]
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in TOOL_MARKERS) + ")")
-_CANONICAL_ID = re.compile(r"^functions\.(?P<name>[^:\s]+):(?P<idx>\d+)$")
+# The id K2.5's template writes: `functions.NAME:IDX` (the one id regex of this format).
+CANONICAL_ID = re.compile(r"^functions\.(?P<name>[^:\s]+):(?P<idx>\d+)$")
 # A stripped call: the markers removed by a provider, the id and arguments left as text.
 _STRIPPED_CALL = re.compile(r"functions\.[\w.\-]+:\d+\s*[{\[]")
-
-
-class FormatError(ValueError):
-    """A message or tool definition the K2.5 template cannot render."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ def check_tokenizer(tok: Tokenizer) -> dict[str, int]:
 
 def tools_declaration(tools: Sequence[dict[str, Any]], tools_format: ToolsFormat) -> str:
     """The `tool_declare` block body: TypeScript-style, or compact JSON as the fallback."""
-    from specregen.models.kimi_tools_ts import (
+    from specregen.models.kimi_k25.tools_ts import (
         ToolDeclarationError,
         deep_sort,
         encode_tools_to_typescript,
@@ -160,7 +171,10 @@ def _tool_calls_text(calls: Sequence[dict[str, Any]]) -> str:
         fn = call.get("function") or {}
         args = fn.get("arguments")
         args_text = args if isinstance(args, str) else tojson(args)
-        out.append(f"{CALL_BEGIN}{call.get('id')}{ARG_BEGIN}{args_text}{CALL_END}")
+        # An absent id renders as nothing (Jinja's undefined), not "None".
+        call_id = call.get("id")
+        out.append(f"{CALL_BEGIN}{'' if call_id is None else call_id}{ARG_BEGIN}{args_text}"
+                   f"{CALL_END}")
     out.append(SECTION_END)
     return "".join(out)
 
@@ -232,7 +246,9 @@ def render_prompt_blocks(
             if message.get("tool_calls"):
                 out.append(_tool_calls_text(message["tool_calls"]))
         elif role == "tool":
-            out.append(f"## Return of {message.get('tool_call_id')}\n")
+            # Servers drop a null `tool_call_id` before rendering: undefined renders empty.
+            call_id = message.get("tool_call_id")
+            out.append(f"## Return of {'' if call_id is None else call_id}\n")
             out.append(_content_text(message.get("content")))
         elif message.get("content") is not None:
             out.append(_content_text(message.get("content")))
@@ -242,6 +258,40 @@ def render_prompt_blocks(
         prefill = THINK if thinking else THINK + THINK_END
         blocks.append(f"{IM_ASSISTANT}assistant{IM_MIDDLE}{prefill}")
     return blocks
+
+
+def reserialize_history_arguments(
+    messages: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]] | None:
+    """The messages as vLLM renders them: history tool-call `arguments` strings parsed and
+    handed to the template as objects, which `tojson` dumps again (`", "`/`": "` separators,
+    non-ASCII kept); empty arguments become `{}`. None when that changes no message, or when an
+    argument string is not JSON (vLLM refuses such a request).
+    """
+    out: list[dict[str, Any]] = []
+    changed = False
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls or not isinstance(calls, list):
+            out.append(message)
+            continue
+        new_calls = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) else None
+            if not isinstance(args, str) and args is not None:
+                new_calls.append(call)
+                continue
+            try:
+                value = json.loads(args) if args else {}
+            except json.JSONDecodeError:
+                return None
+            # The template writes a string as it is and dumps anything else.
+            if (value if isinstance(value, str) else tojson(value)) != args:
+                changed = True
+            new_calls.append({**call, "function": {**fn, "arguments": value}})
+        out.append({**message, "tool_calls": new_calls})
+    return out if changed else None
 
 
 def count_history_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
@@ -322,7 +372,7 @@ def looks_stripped(text: str | None) -> bool:
 
 def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bool]:
     """Verbatim when it has the `functions.NAME:IDX` form, else rebuilt (and say so)."""
-    if tool_id and _CANONICAL_ID.match(tool_id):
+    if tool_id and CANONICAL_ID.match(tool_id):
         return tool_id, False
     return f"functions.{name}:{index}", True
 
@@ -333,6 +383,19 @@ def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bo
 
 _BLOCKWISE_MAX_CHARS = 25_000
 _CACHE_SIZE = 256
+
+
+def _memo_encoder(
+    encode: Callable[[str], list[int]], memo: dict[str, list[int]]
+) -> Callable[[str], list[int]]:
+    # Callers only extend from the returned list, so it is shared, not copied.
+    def enc(text: str) -> list[int]:
+        ids = memo.get(text)
+        if ids is None:
+            ids = memo[text] = encode(text)
+        return ids
+
+    return enc
 
 
 def _lru(cache: OrderedDict, key: str, make: Callable[[], Any]) -> Any:
@@ -348,7 +411,11 @@ def _lru(cache: OrderedDict, key: str, make: Callable[[], Any]) -> Any:
 
 
 class KimiK25:
-    """Kimi K2.5 prompt and completion encoding over a loaded tokenizer."""
+    """Kimi K2.5 prompt and completion encoding over a loaded tokenizer (a `ChatFormat`)."""
+
+    name = "kimi-k2.5"
+    thinking_switch = THINKING_SWITCH
+    default_system_prompt = DEFAULT_SYSTEM_PROMPT
 
     def __init__(
         self,
@@ -368,6 +435,91 @@ class KimiK25:
         # those blocks once. Bounded, so a dataset of all-different tools cannot grow them.
         self._declarations: OrderedDict[str, str] = OrderedDict()
         self._block_ids: OrderedDict[str, list[int]] = OrderedDict()
+
+    # -- ChatFormat -----------------------------------------------------------------------
+
+    @property
+    def stop_id(self) -> int:
+        return self.ids[IM_END]
+
+    @property
+    def source_files(self) -> tuple[Path, ...]:
+        return source_files()
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "tools_format": self.tools_format,
+                "hf_chat_template": self.use_hf_chat_template}
+
+    def thinking_requested(self, request: dict[str, Any]) -> bool | None:
+        return thinking_from_request(request, self.thinking_switch)
+
+    def history_tool_calls(self, messages: Sequence[dict[str, Any]]) -> int:
+        return count_history_tool_calls(messages)
+
+    def undo_id_rewrites(self, calls: list[ToolCall], history: int, traits: ProviderTraits,
+                         streamed: bool, flags: list[str]) -> list[ToolCall]:
+        return kimi_readings.undo_id_rewrites(calls, history, traits, streamed, flags)
+
+    def readings(self, request: dict[str, Any], completion: Completion, calls: list[ToolCall],
+                 thinking: bool, truncated: bool, history: int,
+                 traits: ProviderTraits) -> list[Reading]:
+        return kimi_readings.readings(self, request, completion, calls, thinking, truncated,
+                                      history, traits)
+
+    def prompt_variants(self, messages: list[dict[str, Any]],
+                        tools: list[dict[str, Any]] | None, thinking: bool,
+                        traits: ProviderTraits) -> list[list[int]]:
+        return kimi_readings.prompt_variants(self, messages, tools, thinking, traits)
+
+    def template_text(self) -> str:
+        """Our K2.5 Jinja template (written from the format's spec)."""
+        return (Path(__file__).resolve().parent / "chat_template.jinja").read_text(
+            encoding="utf-8")
+
+    def trainer_render(self, conversation: Sequence[dict[str, Any]],
+                       tools: Sequence[dict[str, Any]] | None, *, thinking: bool,
+                       template: str) -> str:
+        """A whole conversation rendered through `template` the way a re-tokenizing trainer
+        does (no generation prompt), with the K2.5 wrapper's kwargs."""
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        from specregen.models.kimi_k25.tools_ts import deep_sort
+
+        rendered, _ = render_jinja_template(
+            conversations=[list(conversation)],
+            tools=deep_sort(list(tools)) if tools else None,
+            chat_template=template,
+            add_generation_prompt=False,
+            thinking=thinking,
+            tools_ts_str=tools_declaration(tools, "typescript") if tools else None,
+        )
+        return rendered[0]
+
+    # -- ChatFormat: the gate's rules ------------------------------------------------------
+
+    tool_id_in_tokens = True  # the model writes `functions.NAME:IDX` itself
+    calls_open = SECTION_BEGIN
+
+    def call_structure(self, ids: Sequence[int], *, n_calls: int, thinking: bool,
+                       truncated: bool) -> CallStructure:
+        return kimi_checks.call_structure(ids, self.ids, self.tok.base_vocab_size,
+                                          n_calls=n_calls, thinking=thinking,
+                                          truncated=truncated)
+
+    def parse_tool_calls(self, text: str, *, truncated: bool) -> ParsedCalls | None:
+        section = find_tool_section(text, allow_partial=truncated)
+        return None if section is None else ParsedCalls(section.start, section.calls)
+
+    def comparable_arguments(self, arguments: str) -> str:
+        # The client parsers trim the argument text; the ids keep it whole.
+        return arguments.strip()
+
+    def tool_id_problems(self, calls: Sequence[ToolCall],
+                         messages: list[dict[str, Any]] | None) -> list[str]:
+        return kimi_checks.tool_id_problems(calls, messages)
+
+    def find_marker_text(self, text: str | None) -> str | None:
+        return kimi_checks.find_marker_text(text)
 
     # -- prompt ---------------------------------------------------------------------------
 
@@ -392,21 +544,59 @@ class KimiK25:
         if self.use_hf_chat_template:
             return self.tok.encode_with_specials(self._render_with_hf_template(messages, tools,
                                                                                thinking))
-        blocks = self._blocks(messages, tools, thinking)
+        return self._encode_blocks(self._blocks(messages, tools, thinking), None)
+
+    def encode_prompts(
+        self,
+        candidates: Sequence[Sequence[dict[str, Any]]],
+        tools: Sequence[dict[str, Any]] | None,
+        *,
+        thinking: bool,
+    ) -> list[list[int]]:
+        """`encode_prompt` of each message list, sharing the work: the candidates are one
+        conversation rendered several ways, so most blocks repeat and are encoded once."""
+        if self.use_hf_chat_template or len(candidates) == 1:
+            return [self.encode_prompt(c, tools, thinking=thinking) for c in candidates]
+        declared: dict[ToolsFormat, str] = {}
+
+        def declaration(tools: Sequence[dict[str, Any]], tools_format: ToolsFormat) -> str:
+            # One `tools` list for every candidate: its declaration is built once.
+            if tools_format not in declared:
+                declared[tools_format] = self._cached_declaration(tools, tools_format)
+            return declared[tools_format]
+
+        memo: dict[str, list[int]] = {}
+        return [self._encode_blocks(self._blocks(c, tools, thinking, declaration), memo)
+                for c in candidates]
+
+    def _encode_blocks(self, blocks: list[str], memo: dict[str, list[int]] | None) -> list[int]:
+        """The ids of the blocks' text; `memo` holds the ids of blocks already encoded (the
+        same text always gives the same ids)."""
         if sum(map(len, blocks)) > _BLOCKWISE_MAX_CHARS:
             # Kimi's encode() cuts very long texts at positions of the whole text.
-            return self.tok.encode_with_specials("".join(blocks))
+            text = "".join(blocks)
+            if memo is None:
+                return self.tok.encode_with_specials(text)
+            if text not in memo:
+                memo[text] = self.tok.encode_with_specials(text)
+            return list(memo[text])
         ids: list[int] = []
         for block in blocks:
             if block.startswith(IM_SYSTEM):
                 ids.extend(self._cached_block_ids(block))
-            else:
+            elif memo is None:
                 ids.extend(self.tok.encode_with_specials(block))
+            else:
+                block_ids = memo.get(block)
+                if block_ids is None:
+                    block_ids = memo[block] = self.tok.encode_with_specials(block)
+                ids.extend(block_ids)
         return ids
 
     def _blocks(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None,
         thinking: bool,
+        declaration: Callable[[Sequence[dict[str, Any]], ToolsFormat], str] | None = None,
     ) -> list[str]:
         return render_prompt_blocks(
             messages,
@@ -414,7 +604,7 @@ class KimiK25:
             thinking=thinking,
             tools_format=self.tools_format,
             inject_default_system=self.inject_default_system,
-            declaration=self._cached_declaration,
+            declaration=declaration or self._cached_declaration,
         )
 
     def _cached_declaration(
@@ -436,7 +626,7 @@ class KimiK25:
         # does (its sandboxed Jinja environment and tojson), with the K2.5 wrapper's kwargs.
         from transformers.utils.chat_template_utils import render_jinja_template
 
-        from specregen.models.kimi_tools_ts import deep_sort
+        from specregen.models.kimi_k25.tools_ts import deep_sort
 
         tools_ts = tools_declaration(tools, "typescript") if tools else None
         rendered, _ = render_jinja_template(
@@ -451,19 +641,22 @@ class KimiK25:
 
     # -- completion -----------------------------------------------------------------------
 
-    def encode_raw_text(self, text: str) -> list[int]:
+    def encode_raw_text(self, text: str,
+                        enc: Callable[[str], list[int]] | None = None) -> list[int]:
         """Text in which tool-call marker strings are markers and all else is model text."""
+        enc = enc or self.tok.encode_ordinary
         ids: list[int] = []
         for i, piece in enumerate(_MARKER_SPLIT.split(text)):
             if i % 2:
                 ids.append(self._marker_ids[piece])
             elif piece:
-                ids.extend(self.tok.encode_ordinary(piece))
+                ids.extend(enc(piece))
         return ids
 
-    def encode_tool_calls(self, calls: Sequence[ToolCall]) -> list[int]:
+    def encode_tool_calls(self, calls: Sequence[ToolCall],
+                          enc: Callable[[str], list[int]] | None = None) -> list[int]:
         ids = [self._marker_ids[SECTION_BEGIN]]
-        enc = self.tok.encode_ordinary
+        enc = enc or self.tok.encode_ordinary
         for call in calls:
             ids.append(self._marker_ids[CALL_BEGIN])
             ids.extend(enc(call.id))
@@ -482,14 +675,23 @@ class KimiK25:
         thinking: bool,
         truncated: bool,
         first_tool_index: int = 0,
+        think_end: bool = True,
+        verbatim_ids: bool = False,
+        encoded: dict[str, list[int]] | None = None,
     ) -> Assembled:
         """Completion ids from API fields (SPEC 7.2): `R </think> C [section] <|im_end|>`.
 
         Raw marker text left in `content` (or in `reasoning`, when the model opened the tool
         section before closing its thinking) is parsed and kept verbatim, whitespace included.
+        `think_end=False` is the reading in which the model never wrote `</think>` (it opened
+        the tool section, or ended, while still reasoning) although the API split it off;
+        `verbatim_ids=True` keeps structured ids as given (a reading of what the model wrote).
+        `encoded` memoizes model text already encoded: the readings of one answer share most
+        of their text (the same text always gives the same ids).
         """
         flags: list[str] = []
-        enc = self.tok.encode_ordinary
+        enc = self.tok.encode_ordinary if encoded is None else _memo_encoder(
+            self.tok.encode_ordinary, encoded)
         reasoning_text = reasoning or ""
         content_text = content or ""
         calls = list(tool_calls)
@@ -521,14 +723,17 @@ class KimiK25:
             # A completion cut off while still reasoning never emitted `</think>`; neither did
             # one whose tool section sits inside the reasoning.
             cut_in_reasoning = truncated and not content_text and not calls and raw_tail is None
-            if not (cut_in_reasoning or section_in_reasoning):
+            if think_end and not (cut_in_reasoning or section_in_reasoning):
                 ids.append(self.ids[THINK_END])
         ids.extend(enc(content_text))
         if raw_tail is not None:
-            ids.extend(self.encode_raw_text(raw_tail))
+            ids.extend(self.encode_raw_text(raw_tail, enc))
+        elif calls and verbatim_ids:
+            calls = self._rename_raw_calls(calls, first_tool_index, flags)
+            ids.extend(self.encode_tool_calls(calls, enc))
         elif calls:
             calls = self._resolve_structured_ids(calls, first_tool_index, flags)
-            ids.extend(self.encode_tool_calls(calls))
+            ids.extend(self.encode_tool_calls(calls, enc))
         if not truncated:
             ids.append(self.ids[IM_END])
 
@@ -572,6 +777,20 @@ class KimiK25:
     ) -> list[ToolCall]:
         # Raw ids are what the model wrote; they stay in the ids whatever their form, but a
         # non-canonical one is worth a flag for the gate.
-        if any(not _CANONICAL_ID.match(c.id) for c in calls):
+        if any(not CANONICAL_ID.match(c.id) for c in calls):
             flags.append("tool_id_noncanonical")
         return list(calls)
+
+
+def make_format(tokenizer: Tokenizer, **options: Any) -> KimiK25:
+    """The registry's constructor (`specregen.models.registry`)."""
+    return KimiK25(tokenizer, **options)
+
+
+def source_files() -> tuple[Path, ...]:
+    """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
+    return package_files(Path(__file__).resolve().parent)
+
+# Imported last: the readings and checks modules build on the names above.
+from specregen.models.kimi_k25 import checks as kimi_checks  # noqa: E402
+from specregen.models.kimi_k25 import readings as kimi_readings  # noqa: E402

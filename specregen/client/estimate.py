@@ -1,0 +1,180 @@
+"""`specregen estimate --config FILE`: what a pipeline run will cost, realtime and batch.
+
+Per dataset: the prompts are prepared exactly as the run prepares them (the prompts stage; the
+run reuses them), counted, and their prompt tokens counted exactly with the config's tokenizer
+and the K2.5 template (tools declared when sent as `tools`; thinking as configured). Completion
+lengths cannot be counted before asking, so a small paid pilot (`--pilot`, default 50 requests
+per dataset, realtime) asks the first prompts; the answers go into the dataset's raw logs like
+any other attempt, so the real run finds them final and does not pay for them again. The
+projection: prompt tokens x prompt price + prompts x mean pilot completion x completion price,
+in both modes (batch = x (1 - batch_discount)); without configured prices the pilot's reported
+`usage.cost` per request is scaled instead. The spread (median, 10th and 90th percentile of the
+pilot's completion lengths) says how far to trust it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specregen.errors import user_errors
+
+DEFAULT_PILOT = 50
+
+
+@dataclass
+class DatasetEstimate:
+    dataset: str
+    prompts: int
+    prompt_tokens: int
+    pilot: int  # answers the projection rests on
+    pilot_cost_usd: float
+    completion_mean: float
+    completion_p10: float
+    completion_p50: float
+    completion_p90: float
+    realtime_usd: float | None
+    batch_usd: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def estimate(
+    config: Annotated[Path, typer.Option(help="The pipeline config (YAML)")],
+    pilot: Annotated[int, typer.Option(min=0, help="Paid pilot requests per dataset")] = (
+        DEFAULT_PILOT),
+    dataset: Annotated[
+        list[str] | None, typer.Option(help="Only these datasets (repeatable)")
+    ] = None,
+) -> None:
+    """Count prompts and prompt tokens exactly, ask a small paid pilot, project the cost."""
+    with user_errors():
+        results = asyncio.run(estimate_config(str(config), pilot, dataset))
+        print_estimates(results)
+
+
+async def estimate_config(
+    config_path: str, pilot: int, only: list[str] | None = None
+) -> list[DatasetEstimate]:
+    from specregen.config import load_config
+    from specregen.pipeline.layout import DatasetRun
+    from specregen.pipeline.run import resolve_api_key
+
+    config = load_config(config_path)
+    names = only or [d.name for d in config.datasets]
+    key = resolve_api_key(config)
+    out = []
+    for name in names:
+        run = DatasetRun(config, config.dataset(name))
+        out.append(await estimate_dataset(run, pilot, key))
+    return out
+
+
+async def estimate_dataset(run: Any, pilot: int, key: Any) -> DatasetEstimate:
+    from specregen.client.cost import DEFAULT_BATCH_DISCOUNT, usage_cost
+    from specregen.client.engine import run_inference
+    from specregen.client.request import build_request, request_fingerprint
+    from specregen.pipeline.prompts import prepare_prompts, read_chunk
+    from specregen.pipeline.reconstruction import run_format
+    from specregen.pipeline.run import dataset_lease
+    from specregen.store.rawlog import FINAL_ANSWER, RawLog
+
+    cfg = run.config.endpoint.model_copy(update={"mode": "realtime"})
+    fmt = run_format(run)
+    thinking = cfg.thinking if cfg.thinking is not None else True
+    lease = await asyncio.to_thread(dataset_lease, run, wait=0.0)
+    with lease:
+        manifest = await asyncio.to_thread(prepare_prompts, run)
+        chunks = int(manifest.counts.get("chunks", 0))
+        prompts = 0
+        prompt_tokens = 0
+        lengths: list[int] = []
+        pilot_cost = 0.0
+        costs: list[float] = []
+        for chunk in range(chunks):
+            items = await asyncio.to_thread(read_chunk, run, chunk)
+            prompts += len(items)
+            for prompt in items:
+                tools = prompt.tools if prompt.tool_mode == "tools" else None
+                prompt_tokens += len(fmt.encode_prompt(prompt.messages, tools,
+                                                       thinking=thinking))
+            wanted = items[: max(0, pilot - len(lengths))]
+            if not wanted:
+                continue
+            async with RawLog(run.rawlog_url(chunk)) as log:
+                if pilot:
+                    summary = await run_inference(wanted, cfg, log, api_key=key)
+                    pilot_cost += summary.cost_usd
+                keys = {(p.sample_id, request_fingerprint(build_request(p, cfg))) for p in wanted}
+                # The pilot's answers, and answers of earlier runs or pilots: all paid already.
+                for record in log.iter_records():
+                    if (record.get("final") and record.get("status") in FINAL_ANSWER
+                            and (record["sample_id"], record["fingerprint"]) in keys):
+                        usage = record.get("usage") or {}
+                        lengths.append(int(usage.get("completion_tokens") or 0))
+                        cost = usage_cost(record.get("response") or {"usage": usage},
+                                          cfg.prices)
+                        if cost is not None:
+                            costs.append(cost)
+    mean = statistics.fmean(lengths) if lengths else 0.0
+    prices = cfg.prices
+    realtime = batch = None
+    if prices is not None and lengths:
+        realtime = (prompt_tokens * prices.prompt_per_million
+                    + prompts * mean * prices.completion_per_million) / 1e6
+        batch = realtime * prices.factor("batch")
+    elif costs:
+        realtime = statistics.fmean(costs) * prompts
+        batch = realtime * (1 - DEFAULT_BATCH_DISCOUNT)
+    q = _quantiles(lengths)
+    return DatasetEstimate(
+        dataset=run.name, prompts=prompts, prompt_tokens=prompt_tokens, pilot=len(lengths),
+        pilot_cost_usd=round(pilot_cost, 6), completion_mean=round(mean, 1),
+        completion_p10=q[0], completion_p50=q[1], completion_p90=q[2],
+        realtime_usd=None if realtime is None else round(realtime, 4),
+        batch_usd=None if batch is None else round(batch, 4),
+    )
+
+
+def _quantiles(values: list[int]) -> tuple[float, float, float]:
+    if not values:
+        return (0.0, 0.0, 0.0)
+    if len(values) == 1:
+        return (float(values[0]),) * 3
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return (round(deciles[0], 1), round(statistics.median(values), 1), round(deciles[8], 1))
+
+
+def print_estimates(results: list[DatasetEstimate]) -> None:
+    table = Table(title="projected cost (USD)")
+    for name in ("dataset", "prompts", "prompt tokens", "pilot", "completion p10/p50/p90",
+                 "mean", "realtime", "batch"):
+        table.add_column(name, justify="left" if name == "dataset" else "right",
+                         no_wrap=name == "dataset")
+
+    def usd(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.2f}"
+
+    for r in results:
+        table.add_row(r.dataset, f"{r.prompts:,}", f"{r.prompt_tokens:,}", str(r.pilot),
+                      f"{r.completion_p10:g}/{r.completion_p50:g}/{r.completion_p90:g}",
+                      f"{r.completion_mean:g}", usd(r.realtime_usd), usd(r.batch_usd))
+    known = [r for r in results if r.realtime_usd is not None]
+    if len(known) > 1:
+        table.add_row("all", f"{sum(r.prompts for r in results):,}",
+                      f"{sum(r.prompt_tokens for r in results):,}", "", "", "",
+                      usd(sum(r.realtime_usd or 0 for r in known)),
+                      usd(sum(r.batch_usd or 0 for r in known)))
+    console = Console()
+    console.print(table)
+    spent = sum(r.pilot_cost_usd for r in results)
+    console.print(f"pilot spent ${spent:.4f}; its answers are in the raw logs and the run reuses"
+                  " them", highlight=False)

@@ -1,0 +1,76 @@
+"""The emulator for a chat format that brings its own served side (`models/<format>/served.py`,
+found by `registry.get_server`): the emulator decides what the model says (textgen, seeded by
+the request), the format says how that becomes ids and what the server's parsers return.
+
+Profiles: `vllm-hermes` (a vLLM server with the format's parsers, `reasoning` field) and
+`openrouter` (the same upstream behind OpenRouter: its `reasoning` request switch, response
+fields and usage with cost). The body and stream framing are the emulator's own
+(`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from specregen.emulator import textgen
+from specregen.emulator.config import EmulatorConfig
+from specregen.emulator.generate import request_seed
+from specregen.emulator.profiles import Message, OutCall
+
+SERVED_PROFILES = ("vllm-hermes", "openrouter")
+
+
+@dataclass(frozen=True, slots=True)
+class ServedView:
+    """The completion as `profiles` reads it: the ids generated, the reasoning share."""
+
+    ids: tuple[int, ...]
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServedGeneration:
+    prompt_ids: tuple[int, ...]
+
+
+def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], key: bytes,
+                 max_tokens: int | None) -> tuple[Message, ServedView, ServedGeneration]:
+    """One deterministic answer to `request` (`key`: the request's generation digest)."""
+    rng = random.Random(request_seed(config.seed, key))
+    reasoning = textgen.prose(rng, _length(rng, config.reasoning_tokens_mean, config))
+    content = textgen.answer(rng, _length(rng, config.content_tokens_mean, config))
+    calls = _calls(rng, request, config)
+    if calls and rng.random() < 0.5:
+        content = ""  # calls straight after the reasoning, as models often do
+    answer = server.answer(request, reasoning=reasoning, content=content, calls=calls,
+                           max_tokens=max_tokens)
+    # vLLM's random ids: `chatcmpl-tool-` + uuid4 hex (drawn from the seeded rng here).
+    out_calls = tuple(OutCall(f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
+                      for name, args in answer.calls)
+    message = Message(answer.reasoning, answer.content, out_calls, answer.finish_reason)
+    think_end = server.markers.think_end
+    reasoning_tokens = answer.ids.index(think_end) + 1 if think_end in answer.ids else (
+        len(answer.ids) if answer.reasoning is not None and answer.content is None else 0)
+    return (message, ServedView(tuple(answer.ids), reasoning_tokens),
+            ServedGeneration(tuple(answer.prompt_ids)))
+
+
+def _length(rng: random.Random, mean: int, config: EmulatorConfig) -> int:
+    return max(1, int(mean * math.exp(rng.gauss(0.0, config.length_sigma))))
+
+
+def _calls(rng: random.Random, request: dict[str, Any], config: EmulatorConfig
+           ) -> list[tuple[str, Any]]:
+    """Calls to declared tools: one or two, for about half the requests that declare tools."""
+    tools = [t.get("function") for t in request.get("tools") or ()
+             if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    tools = [t for t in tools if isinstance(t.get("name"), str)]
+    if not tools or rng.random() >= 0.5 + config.tool_call_rate / 2:
+        return []
+    picked = [rng.choice(tools) for _ in range(rng.randint(1, 2))]
+    return [(t["name"], json.loads(textgen.arguments(rng, t.get("parameters"))))
+            for t in picked]

@@ -1,0 +1,76 @@
+"""Qwen3 (hybrid thinking/instruct) as a model format: tokens, prompt, completion, servers.
+
+Self-contained: nothing here imports the Kimi modules or the emulator. `servers` restates what
+vLLM's qwen3 reasoning parser and hermes tool parser return (docs/qwen3.md).
+"""
+
+from specregen.models.qwen3.format import (
+    SERVER_TOOL_ID,
+    THINKING_SWITCH,
+    TOOL_ID_IN_TOKENS,
+    Assembled,
+    Qwen3,
+    RawToolCalls,
+    canonical_arguments,
+    find_tool_calls,
+    is_server_tool_id,
+    make_format,
+    source_files,
+    structure_problems,
+)
+from specregen.models.qwen3.render import (
+    TEMPLATE_PATH,
+    FormatError,
+    last_query_index,
+    render_blocks,
+    render_prompt_text,
+    render_with_template,
+    template_text,
+    tool_call_text,
+    tools_system_text,
+)
+from specregen.models.qwen3.served import Qwen3Server, ServedAnswer, make_server
+from specregen.models.qwen3.tokens import (
+    ADDED_IDS,
+    ADDED_TOKENS,
+    MINI_QWEN3_TOKENIZER_DIR,
+    REQUIRED_TOKENS,
+    check_tokenizer,
+)
+
+# Reconstruction reads no provider traits: the ids hold no server-made part and vLLM's parsers
+# keep the text (docs/qwen3.md), so the endpoint probe has nothing to find for this format.
+READS_PROVIDER_TRAITS = False
+
+__all__ = [
+    "ADDED_IDS",
+    "ADDED_TOKENS",
+    "MINI_QWEN3_TOKENIZER_DIR",
+    "READS_PROVIDER_TRAITS",
+    "REQUIRED_TOKENS",
+    "SERVER_TOOL_ID",
+    "TEMPLATE_PATH",
+    "THINKING_SWITCH",
+    "TOOL_ID_IN_TOKENS",
+    "Assembled",
+    "FormatError",
+    "Qwen3",
+    "Qwen3Server",
+    "RawToolCalls",
+    "ServedAnswer",
+    "canonical_arguments",
+    "check_tokenizer",
+    "find_tool_calls",
+    "is_server_tool_id",
+    "last_query_index",
+    "make_format",
+    "make_server",
+    "render_blocks",
+    "render_prompt_text",
+    "render_with_template",
+    "source_files",
+    "structure_problems",
+    "template_text",
+    "tool_call_text",
+    "tools_system_text",
+]

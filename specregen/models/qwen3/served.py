@@ -1,0 +1,102 @@
+"""Qwen3 behind a vLLM server (qwen3 reasoning parser + hermes tool parser), for the emulator.
+
+The emulator decides WHAT the model writes (reasoning, content, calls as argument objects);
+this module says how Qwen3 writes it as ids (`servers.model_ids`, segment by segment, written
+independently of `format.Qwen3.assemble`) and what the server returns for those ids
+(`servers.decode_output` + `servers.parse`). The prompt is the server's rendering of the request
+(`servers.encode_prompt`: vLLM's message preprocessing, then the Jinja template).
+
+Dialects: a vLLM request switches thinking with `chat_template_kwargs.enable_thinking`; an
+OpenRouter request with `reasoning` (enabled / effort), which the router turns into the
+upstream's switch -- `upstream_request` does that translation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specregen.models.qwen3.servers import (
+    MarkerIds,
+    decode_output,
+    encode_prompt,
+    model_ids,
+    parse,
+    template_kwargs,
+)
+from specregen.models.tokenizer import Tokenizer
+from specregen.normalize import dialect_thinking
+
+
+@dataclass(frozen=True)
+class ServedAnswer:
+    """One answer as the server saw, generated and returned it."""
+
+    prompt_ids: list[int]
+    ids: list[int]  # what the model generated (its stop id included unless cut by max_tokens)
+    reasoning: str | None
+    content: str | None
+    calls: tuple[tuple[str, str], ...]  # (name, arguments text) as the server returns them
+    finish_reason: str
+
+
+class Qwen3Server:
+    """The served side of the qwen3 format over a tokenizer."""
+
+    format_name = "qwen3"
+    # Where vLLM (>= 0.10) and OpenRouter put the reasoning text.
+    reasoning_field = "reasoning"
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tok = tokenizer
+        self.markers = MarkerIds.of(tokenizer)
+
+    def upstream_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The request as the vLLM server behind the API sees it: a dialect's thinking switch
+        becomes the template's `enable_thinking`."""
+        kwargs = template_kwargs(request)
+        if "enable_thinking" in kwargs:
+            return request
+        thinking = dialect_thinking(request)
+        if thinking is None:
+            return request
+        return {**request, "chat_template_kwargs": {**kwargs, "enable_thinking": thinking}}
+
+    def thinking(self, request: dict[str, Any]) -> bool:
+        """Whether the model thinks for this request (the template's default: on)."""
+        return template_kwargs(self.upstream_request(request)).get("enable_thinking") \
+            is not False
+
+    def arguments_text(self, arguments: Any) -> str:
+        """Arguments as Qwen3 writes them: the template shows `tojson` output, so the model
+        writes `json.dumps` form."""
+        return json.dumps(arguments, ensure_ascii=False)
+
+    def answer(self, request: dict[str, Any], *, reasoning: str, content: str,
+               calls: Sequence[tuple[str, Any]], max_tokens: int | None = None
+               ) -> ServedAnswer:
+        """The model writes `reasoning` (when it thinks), `content` and `calls` (name,
+        argument object); the server renders the prompt and parses the ids back."""
+        upstream = self.upstream_request(request)
+        prompt = encode_prompt(upstream, self.tok)
+        written = [(name, self.arguments_text(args)) for name, args in calls]
+        ids = model_ids(self.tok, reasoning=reasoning if self.thinking(request) else None,
+                        content=content, calls=written)
+        truncated = max_tokens is not None and len(ids) > max_tokens
+        if truncated:
+            ids = ids[:max_tokens]
+        out = decode_output(ids, self.tok, truncated)
+        parsed = parse(out, upstream, self.markers, stream=request.get("stream") is True,
+                       prompt_ids=prompt)
+        return ServedAnswer(
+            prompt_ids=prompt, ids=list(ids), reasoning=parsed.reasoning,
+            content=parsed.content,
+            calls=tuple((c.name, c.arguments) for c in parsed.calls),
+            finish_reason=parsed.finish_reason)
+
+
+def make_server(tokenizer: Tokenizer) -> Qwen3Server:
+    """The registry's constructor for the emulator (`registry.get_server`)."""
+    return Qwen3Server(tokenizer)

@@ -1,0 +1,192 @@
+"""What the provider's parsers do, read off the probe's answers: the `ParserFindings`.
+
+Each finding collects votes from single answers; an answer votes only when it can tell. The
+model's own token ids (a server that returns them) settle a vote exactly; without them, counts
+and the shape of the returned fields do, where only one reading explains them.
+
+* `counts_stop_token`: on answers that are a clean base for counting (`Observation.countable`:
+  not truncated, nothing lost or moved that we can see, prompt counted as we count it), usage
+  minus the returned fields assembled with `<|im_end|>` is 0 when the provider counts the stop
+  token and -1 when it does not. Losses only ever add (text the parser deleted, non-canonical
+  splits), so the smallest offset decides: 0 -> true, -1 -> false, anything else -> unknown.
+* `deletes_no_content`: returned content exactly `(no content)` beside calls votes false; a
+  countable answer with calls, empty content and usage exceeding our count by exactly the
+  placeholder's tokens (after the stop token rule) votes true; so does the model's own text
+  showing it wrote the placeholder the content lacks. (Text moved into the reasoning, as a
+  forced reasoning parser does with thinking off, is not countable, so it cannot pass for a
+  deletion.)
+* `renumbers_tool_ids`: in the `history` scenario (two earlier calls), K2.5 writes the running
+  count `functions.get_weather:2`. A server that rebuilds ids as `{history + index written}`
+  returns `:4`: returned IDX = 2 x history + i votes true, = history + i votes false; with the
+  model's ids, returned = written + history votes true and returned = written votes false. One
+  true vote wins: a false vote can also come from a renumbering server whose model happened to
+  write a local index, a true vote has no other reading.
+* `splits_reasoning`: thinking on, reasoning in its own field votes true; no reasoning and a
+  literal `</think>` in content (the parser passed the output through, SGLang without forced
+  reasoning) votes false. Disagreeing votes leave it unknown.
+* `ends_reasoning_at_tools`: when the model opens its tool section before `</think>` (K2.5
+  does, now and then), a forced reasoning parser (SGLang; vLLM's kimi_k25 streamed) ends the
+  reasoning there and parses the calls; vLLM's kimi_k2 leaves the section in the reasoning.
+  With `tools` sent and thinking on: calls left as raw markers in the reasoning vote false;
+  parsed calls that the model's ids show were opened inside its thinking vote true, and so do
+  parsed calls after a reasoning with empty content whose usage is one token short of our
+  count (we insert a `</think>` the model never wrote). The model may never do it in a probe:
+  then it stays unknown.
+* `forces_reasoning`: thinking off, reasoning text returned votes true (vLLM's kimi_k25 parser
+  treats the output as reasoning whatever the request said); content without reasoning votes
+  false.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from specregen.probe.model import Observation, ParserFindings, ScenarioResult
+
+HISTORY_SCENARIO = "history"
+
+
+def infer_findings(scenarios: Sequence[ScenarioResult]) -> ParserFindings:
+    answered = [o for s in scenarios for o in s.observations if o.ok]
+    findings = ParserFindings()
+    evidence = findings.evidence
+    findings.counts_stop_token, evidence["counts_stop_token"] = _stop_token(answered)
+    findings.deletes_no_content, evidence["deletes_no_content"] = _placeholder(
+        answered, findings.counts_stop_token)
+    history = [o for s in scenarios if s.name == HISTORY_SCENARIO for o in s.observations
+               if o.ok]
+    findings.renumbers_tool_ids, evidence["renumbers_tool_ids"] = _renumbering(history)
+    findings.splits_reasoning, evidence["splits_reasoning"] = _split(answered)
+    findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
+        answered, findings.counts_stop_token)
+    findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
+    return findings
+
+
+def _stop_token(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+    # Calls beside empty content are left out: a deleted placeholder (+n) or a section opened
+    # inside the thinking (-1, our `</think>`) moves their count.
+    offsets = [o.raw_completion_offset for o in answered
+               if o.countable and o.raw_completion_offset is not None
+               and not (o.tool_calls and o.content_kind in ("none", "empty"))]
+    if not offsets:
+        return None, "no answer was a clean base for counting (or no tokenizer was given)"
+    low = min(offsets)
+    seen = f"usage - our count (with <|im_end|>) on {len(offsets)} clean answers: min {low:+d}"
+    if low == 0:
+        return True, seen
+    if low == -1:
+        return False, seen
+    return None, seen + " (neither 0 nor -1: another tokenizer, or text we cannot see)"
+
+
+def _placeholder(
+    answered: Sequence[Observation], counts_stop_token: bool | None
+) -> tuple[bool | None, str]:
+    kept = sum(1 for o in answered if o.tool_calls and o.content_kind == "placeholder")
+    by_ids = sum(1 for o in answered
+                 if o.tool_calls and o.wrote_placeholder and o.content_kind != "placeholder")
+    by_count = 0
+    if counts_stop_token is not None:
+        base = 0 if counts_stop_token else -1
+        by_count = sum(
+            1 for o in answered
+            if o.countable and o.tool_calls and o.content_kind in ("none", "empty")
+            and o.wrote_placeholder is None
+            and o.raw_completion_offset is not None and o.placeholder_tokens
+            and o.raw_completion_offset - base == o.placeholder_tokens
+            and o.calls_where == "structured"
+        )
+    deleted = by_ids + by_count
+    seen = (f"placeholder returned beside calls: {kept}; deleted, by the model's ids: {by_ids},"
+            f" by usage exceeding our count by its tokens: {by_count}")
+    if deleted and kept:
+        return None, seen + " (contradictory)"
+    if deleted:
+        return True, seen
+    if kept:
+        return False, seen
+    return None, seen + " (the model never wrote it, or nothing could tell)"
+
+
+def _renumbering(history: Sequence[Observation]) -> tuple[bool | None, str]:
+    true = false = 0
+    for o in history:
+        h = o.history_tool_calls
+        if not h or not o.returned_indices:
+            continue
+        written = o.written_indices
+        for i, returned in enumerate(o.returned_indices):
+            if returned is None:
+                continue
+            if written is not None and len(written) == len(o.returned_indices):
+                w = written[i]
+                if w is None:
+                    continue
+                true += returned == w + h
+                false += returned == w
+            else:
+                true += returned == 2 * h + i
+                false += returned == h + i
+    seen = (f"history of {history[0].history_tool_calls if history else 0} calls: returned"
+            f" ids explained by renumbering {true}, by the model's running count {false}")
+    if true:
+        return True, seen
+    if false:
+        return False, seen
+    return None, seen + " (no call came back in the history scenario)"
+
+
+def _split(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+    on = [o for o in answered if o.thinking is not False]
+    split = sum(1 for o in on if o.reasoning_chars > 0)
+    unsplit = sum(1 for o in on if o.reasoning_chars == 0 and o.think_end_in_content)
+    seen = (f"thinking on: reasoning in its own field {split}, whole output in content with"
+            f" a literal </think> {unsplit}")
+    if split and unsplit:
+        return None, seen + " (contradictory)"
+    if split:
+        return True, seen
+    if unsplit:
+        return False, seen
+    return None, seen + " (no reasoning came back at all)"
+
+
+def _ends_at_tools(
+    answered: Sequence[Observation], counts_stop_token: bool | None
+) -> tuple[bool | None, str]:
+    on = [o for o in answered if o.tools_sent and o.thinking is not False]
+    kept = sum(1 for o in on if o.calls_where == "raw_reasoning")
+    by_ids = sum(1 for o in on if o.calls_where == "structured" and o.section_in_think)
+    by_count = 0
+    if counts_stop_token is not None:
+        base = 0 if counts_stop_token else -1
+        by_count = sum(
+            1 for o in on
+            if o.countable and o.calls_where == "structured" and o.section_in_think is None
+            and o.reasoning_chars > 0 and o.content_kind in ("none", "empty")
+            and o.raw_completion_offset is not None and o.raw_completion_offset - base == -1
+        )
+    ended = by_ids + by_count
+    seen = (f"tool section opened inside the thinking: left in the reasoning {kept}; ended it"
+            f" and parsed, by the model's ids {by_ids}, by a count one short {by_count}")
+    if ended and kept:
+        return None, seen + " (contradictory)"
+    if ended:
+        return True, seen
+    if kept:
+        return False, seen
+    return None, seen + " (the model closed its thinking first every time)"
+
+
+def _forced(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+    off = [o for o in answered if o.thinking is False]
+    forced = sum(1 for o in off if o.reasoning_chars > 0)
+    plain = sum(1 for o in off if o.reasoning_chars == 0
+                and (o.content_kind != "none" or o.tool_calls))
+    seen = f"thinking off: reasoning returned {forced}, content or calls only {plain}"
+    if forced:
+        return True, seen
+    if plain:
+        return False, seen
+    return None, seen + " (no thinking-off answer)"

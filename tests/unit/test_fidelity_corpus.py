@@ -1,0 +1,42 @@
+"""The fast version of bench/fidelity.py: a few hundred random K2.5 answers through the four
+upstream profiles, plain and streamed, rebuilt blind (no reference ids, no provider traits, as
+from OpenRouter). A sample called `ok` must carry the ids the model saw and wrote."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from specregen.emulator.config import UPSTREAM_PROFILES
+from specregen.emulator.fidelity import Corpus, describe_wrong, run, table
+from specregen.models.kimi_k25 import KimiK25
+from specregen.models.tokenizer import load_tokenizer
+
+TOK = load_tokenizer("mini")
+FMT = KimiK25(TOK)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return list(Corpus(TOK, seed=0).cases(60, UPSTREAM_PROFILES, (False, True)))
+
+
+def test_corpus_covers_the_behaviours(cases):
+    # The corpus really exercises what the upstream parsers treat unevenly.
+    assert len(cases) >= 300
+    shapes = Counter(c.shape for c in cases)
+    assert set(shapes) == {"clean", "shapes", "spaced", "literal", "cut"}
+    with_history = [c for c in cases if any(m.get("tool_calls") for m in c.request["messages"])]
+    instant = [c for c in cases if c.request.get("chat_template_kwargs")]
+    calls = [c for c in cases if c.body["choices"][0].get("token_ids")
+             and TOK.token_id("<|tool_calls_section_begin|>") in c.body["choices"][0]["token_ids"]]
+    assert with_history and instant and len(calls) > len(cases) // 4
+
+
+def test_no_sample_is_ok_with_wrong_ids(cases):
+    tallies = run(cases, FMT, "blind")
+    wrong = {key: describe_wrong(t) for key, t in tallies.items() if t.outcomes["wrong_ok"]}
+    assert not wrong, table(tallies) + "\n" + "\n".join(
+        f"{profile} {'stream' if stream else 'plain'}: {line}"
+        for (profile, stream), lines in wrong.items() for line in lines)

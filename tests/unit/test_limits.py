@@ -1,0 +1,148 @@
+"""The shared request limiter over the in-process store: rate and window held together by two
+limiters (two "workers"), batched store calls, an unreachable store, and a holder that died."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from specregen.client.limits import LimitStoreError, MemorySlots, SharedLimiter
+
+PERIOD = 1.0  # a "minute" of one second keeps the test short
+
+
+def limiter(store, per_period, window, batch=5, **options):
+    return SharedLimiter(store, rate_name="rate", per_minute=per_period, window_name="window",
+                         in_flight=window, batch=batch, poll_s=0.02, period_s=PERIOD,
+                         **options)
+
+
+async def requests(lim: SharedLimiter, n: int, latency: float, sent: list, flight: list):
+    async def one():
+        await lim.acquire()
+        sent.append(time.monotonic())
+        flight[0] += 1
+        flight[1] = max(flight[1], flight[0])
+        try:
+            await asyncio.sleep(latency)
+        finally:
+            flight[0] -= 1
+            lim.release()
+
+    await asyncio.gather(*(one() for _ in range(n)))
+
+
+def max_in_any_period(times: list[float]) -> int:
+    times = sorted(times)
+    best, start = 0, 0
+    for end in range(len(times)):
+        while times[end] - times[start] >= PERIOD:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def test_two_limiters_share_one_rate_and_one_window_and_use_all_of_the_rate():
+    async def main():
+        store = MemorySlots({"rate": 40, "window": 6})
+        a, b = limiter(store, 40, 6), limiter(store, 40, 6)
+        sent: list[float] = []
+        flight = [0, 0]
+        start = time.monotonic()
+        await asyncio.gather(requests(a, 100, 0.01, sent, flight),
+                             requests(b, 100, 0.01, sent, flight))
+        wall = time.monotonic() - start
+        for lim in (a, b):
+            await lim.aclose()
+        return sent, flight, wall, a.store_calls, b.store_calls, store
+
+    sent, flight, wall, calls_a, calls_b, store = asyncio.run(main())
+    assert len(sent) == 200
+    # Never more than the rate in any period, never more than the window in flight.
+    assert max_in_any_period(sent) <= 40
+    assert flight[1] <= 6
+    # The limit is used, not left idle: 200 requests at 40 per period take about 4 periods
+    # after the first burst (a slot is freed one period after its batch's last request).
+    assert wall < 200 / 40 * PERIOD * 1.35, wall
+    # Batched: a take per 5 requests per limit, not one per request.
+    takes = calls_a["take"] + calls_b["take"]
+    assert takes <= 2 * (200 / 5) + 4, takes
+    # Window slots and unused rate slots went back.
+    assert store.used["window"] == 0
+
+
+def test_unreachable_store_is_retried_then_named():
+    class Flaky(MemorySlots):
+        down_until = 0.0
+
+        async def take(self, name, slots, lease_s):
+            if time.monotonic() < self.down_until:
+                raise ConnectionError("server down")
+            return await super().take(name, slots, lease_s)
+
+    async def main(down_for, outage_s):
+        store = Flaky({"rate": 10, "window": 2})
+        store.down_until = time.monotonic() + down_for
+        lim = limiter(store, 10, 2, outage_s=outage_s)
+        try:
+            await asyncio.wait_for(lim.acquire(), 10)
+            lim.release()
+        finally:
+            await lim.aclose()
+
+    asyncio.run(main(0.6, 30.0))  # rides out a short outage
+    with pytest.raises(LimitStoreError, match=r"could not be reached for 0\.3 s"):
+        asyncio.run(main(5.0, 0.3))
+
+
+def test_slots_of_a_holder_that_died_come_back_when_its_leases_expire():
+    async def main():
+        store = MemorySlots({"rate": 100, "window": 4})
+        dead = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1)
+        for _ in range(4):  # all the window, then "killed": never released, never closed
+            await dead.acquire()
+        dead._closed = True
+        dead._keeper.cancel()
+        alive = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1)
+        start = time.monotonic()
+        await asyncio.wait_for(alive.acquire(), 5)
+        waited = time.monotonic() - start
+        alive.release()
+        await alive.aclose()
+        return waited
+
+    assert 0.3 < asyncio.run(main()) < 2.0
+
+
+def test_the_engine_asks_the_limiter_before_every_request_and_releases_after(tmp_path):
+    from specregen.client.engine import run_inference
+    from specregen.client.limits import LimitConfig, local_limiter
+    from specregen.store.rawlog import RawLog
+    from tests.unit.test_client_support import (
+        SECRET_KEY,
+        FakeServer,
+        make_cfg,
+        make_prompts,
+        ok_handler,
+    )
+
+    server = FakeServer(ok_handler(delay=0.02))
+    limit = LimitConfig(requests_per_minute=20, period_s=PERIOD, in_flight=3, batch=2)
+
+    async def main():
+        lim = local_limiter(limit, poll_s=0.02)
+        async with RawLog(tmp_path) as log:
+            summary = await run_inference(make_prompts(50), make_cfg(concurrency=16), log,
+                                          api_key=SECRET_KEY, transport=server.transport,
+                                          limiter=lim)
+        await lim.aclose()
+        return summary, lim
+
+    summary, lim = asyncio.run(main())
+    assert summary.ok == 50
+    # The engine's own window is 16; the limiter's is 3, and at most 20 per period.
+    assert max(count for _, count in server.timeline) <= 3
+    assert max_in_any_period(server.starts) <= 20
+    assert lim.in_flight == 0  # every acquire was released
