@@ -29,6 +29,8 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from specregen.models.qwen3.tokens import ADDED_TOKENS as QWEN3_ADDED_TOKENS
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "specregen" / "assets" / "samples"
 DEFAULT_OUT = ROOT / "specregen" / "assets" / "mini_qwen3_tokenizer"
@@ -40,35 +42,7 @@ QWEN2_SPLIT = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-# (id, content, special): Qwen3's added-token table.
-QWEN3_ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
-    (151643, "<|endoftext|>", True),
-    (151644, "<|im_start|>", True),
-    (151645, "<|im_end|>", True),
-    (151646, "<|object_ref_start|>", True),
-    (151647, "<|object_ref_end|>", True),
-    (151648, "<|box_start|>", True),
-    (151649, "<|box_end|>", True),
-    (151650, "<|quad_start|>", True),
-    (151651, "<|quad_end|>", True),
-    (151652, "<|vision_start|>", True),
-    (151653, "<|vision_end|>", True),
-    (151654, "<|vision_pad|>", True),
-    (151655, "<|image_pad|>", True),
-    (151656, "<|video_pad|>", True),
-    (151657, "<tool_call>", False),
-    (151658, "</tool_call>", False),
-    (151659, "<|fim_prefix|>", False),
-    (151660, "<|fim_middle|>", False),
-    (151661, "<|fim_suffix|>", False),
-    (151662, "<|fim_pad|>", False),
-    (151663, "<|repo_name|>", False),
-    (151664, "<|file_sep|>", False),
-    (151665, "<tool_response>", False),
-    (151666, "</tool_response>", False),
-    (151667, "<think>", False),
-    (151668, "</think>", False),
-)
+# Qwen3's added-token table (id, content, special), kept once in the format's package.
 SPECIAL_NAMES = [name for _, name, special in QWEN3_ADDED_TOKENS
                  if special and name != "<|endoftext|>"]
 
