@@ -92,7 +92,8 @@ def main() -> None:
         "base_url": base, "model": "moonshotai/kimi-k2.5",
         "dialect": "openrouter" if args.api == "openrouter" else "moonshot",
         # The emulator's price table (EmulatorConfig.price_*: USD per token) per million; its
-        # batch price is batch_discount (0.5) of it. usage.cost is what both runs sum.
+        # batch price is batch_price_share (0.5) of it, i.e. batch_discount 0.5. usage.cost is
+        # what both runs sum.
         "prices": {"prompt_per_million": 0.6, "completion_per_million": 2.5,
                    "batch_discount": 0.5},
         "stream": False, "concurrency": args.concurrency,

@@ -2,6 +2,7 @@
 
     python bench/pipeline.py [--samples 20000] [--repeat 3] [--rss-small 10000]
                              [--rss-large 100000] [--skip-rss] [--skip-wall] [--keep DIR]
+                             [--exports all|train|none]
 
 1. Wall time. One generated JSONL source of `--samples` rows (`messages` adapter: system, a
    short user turn and the dataset's own short answer, which becomes the gate's reference)
@@ -26,6 +27,10 @@
    the largest peak of its reconstruction worker processes (RUSAGE_CHILDREN), and the peak RSS
    during each stage, so a stage whose memory grows with the dataset is named; then the ratio
    large/small of the pipeline process (target <= 1.3).
+
+`--exports` (both measurements): `all` (the default) publishes train.jsonl and the SpecForge /
+messages export (messages.jsonl) with every dataset, as issue 12 measures it; `train` only
+train.jsonl; `none` the parquet alone.
 
 Both paths must publish the same number of samples, every sample must have reached the
 emulator during its own run (nothing skipped or reused from an earlier run) and through the
@@ -107,11 +112,19 @@ def write_source(path: Path, samples: int) -> Path:
     return path
 
 
+EXPORTS = {"all": {"export_train": True, "export_messages": True},
+           "train": {"export_train": True, "export_messages": False},
+           "none": {"export_train": False, "export_messages": False}}
+
+
 def write_config(path: Path, *, storage: Path, source: Path, base_url: str,
-                 knobs: dict[str, int]) -> Path:
+                 knobs: dict[str, int], exports: str = "all") -> Path:
     config = {
         "storage": str(storage),
         "tokenizer": "mini",
+        # Measured here: the pipeline's own time and memory. The probe (12-14 requests that
+        # classify the endpoint) refuses this bare emulator's shapes; it has its own tests.
+        "probe": "off",
         "endpoint": {
             "base_url": base_url,
             "model": "moonshotai/kimi-k2.5",
@@ -126,7 +139,7 @@ def write_config(path: Path, *, storage: Path, source: Path, base_url: str,
         "chunk_size": CHUNK_SIZE,
         "chunks_in_flight": CHUNKS_IN_FLIGHT,
         "reconstruct_workers": 2,
-        "export_specforge": False,
+        **EXPORTS[exports],
         "datasets": [{"name": DATASET, "adapter": "messages", "source": str(source),
                       "gate": {"max_quarantine_share": 1.0}}],
     }
@@ -461,23 +474,29 @@ def check_run(name: str, result: dict[str, Any], samples: int) -> int:
 
 
 def pipeline_run(folder: Path, kind: str, source: Path, samples: int, knobs: dict[str, int],
-                 env: dict[str, str], *, sample_rss: bool = False) -> dict[str, Any]:
+                 env: dict[str, str], *, sample_rss: bool = False,
+                 exports: str = "all") -> dict[str, Any]:
     """One path over `source` into a fresh store, against a fresh emulator; checked."""
     folder.mkdir()
     with emulator_process(knobs, folder / "emulator.log") as emulator:
         config = write_config(folder / "config.yaml", storage=folder / "store", source=source,
-                              base_url=emulator.url, knobs=knobs)
+                              base_url=emulator.url, knobs=knobs, exports=exports)
         args = ["--child", kind, "--config", str(config)] + (["--rss"] if sample_rss else [])
         result = run_child(args, env, folder / "child.log")
         result["emulator"] = emulator.stats()
     check_run(f"{kind} path ({folder.name})", result, samples)
+    wanted = [n for n, on in (("train.jsonl", EXPORTS[exports]["export_train"]),
+                              ("messages.jsonl", EXPORTS[exports]["export_messages"])) if on]
+    for name in wanted:  # the export measured is the export written
+        if not list((folder / "store").glob(f"*/published/*/{name}")):
+            raise BenchError(f"{kind} path ({folder.name}): no {name} published")
     return result
 
 
 # --- the two measurements -----------------------------------------------------------------------
 
 
-def wall_comparison(root: Path, samples: int, repeat: int) -> None:
+def wall_comparison(root: Path, samples: int, repeat: int, exports: str = "all") -> None:
     source = write_source(root / "wall-source.jsonl", samples)
     runs: dict[str, list[dict[str, Any]]] = {"library": [], "prefect": []}
     started = time.perf_counter()
@@ -487,10 +506,11 @@ def wall_comparison(root: Path, samples: int, repeat: int) -> None:
               flush=True)
         for i in range(1, repeat + 1):
             lib = pipeline_run(root / f"wall-{i}-library", "library", source, samples,
-                               WALL_RUN, child_env())
+                               WALL_RUN, child_env(), exports=exports)
             cpu, log_at = server_cpu_seconds(), server_log.stat().st_size
             pre = pipeline_run(root / f"wall-{i}-prefect", "prefect", source, samples,
-                               WALL_RUN, child_env(prefect_env(root / "prefect", api_url)))
+                               WALL_RUN, child_env(prefect_env(root / "prefect", api_url)),
+                               exports=exports)
             server_cpu = server_cpu_seconds() - cpu
             errors, locked = server_503s(server_log, log_at)
             runs["library"].append(lib)
@@ -541,12 +561,12 @@ def idle(stages: dict[str, list], stage: str) -> float:
     return span(stages, stage) - covered
 
 
-def rss_comparison(root: Path, small: int, large: int) -> None:
+def rss_comparison(root: Path, small: int, large: int, exports: str = "all") -> None:
     results = {}
     for n in (small, large):
         source = write_source(root / f"rss-source-{n}.jsonl", n)
         results[n] = r = pipeline_run(root / f"rss-{n}", "library", source, n, RSS_RUN,
-                                      child_env(), sample_rss=True)
+                                      child_env(), sample_rss=True, exports=exports)
         peaks = r["stage_peak_rss"]
         print(f"{n} samples: library wall {r['wall_s']:.1f} s; peak RSS of the pipeline "
               f"process {mb(r['maxrss_self'])} MB, of the largest reconstruction worker "
@@ -556,7 +576,7 @@ def rss_comparison(root: Path, small: int, large: int) -> None:
     a, b = results[small], results[large]
     print(f"peak RSS: {label(small)} {mb(a['maxrss_self'])} MB, {label(large)} "
           f"{mb(b['maxrss_self'])} MB, ratio {b['maxrss_self'] / a['maxrss_self']:.2f} "
-          "(target <= 1.3)")
+          f"(target <= 1.3; exports: {exports})")
     # One chunk is reconstructed in the pipeline process itself: then there is no worker.
     workers = (f", ratio {b['maxrss_children'] / a['maxrss_children']:.2f}"
                if a["maxrss_children"] else "")
@@ -581,6 +601,9 @@ def main() -> None:
     parser.add_argument("--rss-large", type=int, default=100_000)
     parser.add_argument("--skip-rss", action="store_true", help="only the Prefect comparison")
     parser.add_argument("--skip-wall", action="store_true", help="only the memory comparison")
+    parser.add_argument("--exports", choices=tuple(EXPORTS), default="all",
+                        help="what each publication writes besides its parquet (default all: "
+                             "train.jsonl and the SpecForge/messages export)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="work in this new folder and keep it (configs, stores, logs)")
     # The processes this benchmark starts.
@@ -610,9 +633,9 @@ def main() -> None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-pipe-")))
         print(f"work folder: {root}", flush=True)
         if not args.skip_wall:
-            wall_comparison(root, args.samples, args.repeat)
+            wall_comparison(root, args.samples, args.repeat, args.exports)
         if not args.skip_rss:
-            rss_comparison(root, args.rss_small, args.rss_large)
+            rss_comparison(root, args.rss_small, args.rss_large, args.exports)
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
 
 

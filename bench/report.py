@@ -111,7 +111,8 @@ def main() -> None:
 
         rows = read_rows(folder / "accepted.parquet", Selection(), 500)
         inspect_html = Path(tmp) / "inspect.html"
-        inspect_html.write_text(render_page([build_view(r.sample, tok) for r in rows], tok,
+        inspect_html.write_text(render_page([build_view(r.sample, tok, markers=fmt.markers)
+                                                 for r in rows], tok,
                                             title="bench", source="bench"), encoding="utf-8")
 
         blank_loads, _, _ = load_times(blank, args.repeat)

@@ -469,10 +469,16 @@ def bench_rate(args, tok, base: Path) -> None:
             print(f"  minute {m + 1}: {count} requests ({count / rpm:.3f} of the limit)")
         most = limited.most_in_any_window()
         print(f"  most in any 60 s: {most} ({most / rpm:.3f} of the limit); 429s: "
-              f"{limited.refused}; server 503s: {cluster.server_503s()}")
+              f"{limited.refused}; server 503s: {cluster.server_503s()}; {_load()}")
     finally:
         cluster.stop()
         emu.stop()
+
+
+def _load() -> str:
+    """The machine's load next to a number: on a shared box a wall time means little alone."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
 
 
 def bench_wall(args, tok, base: Path) -> None:
@@ -497,7 +503,8 @@ def bench_wall(args, tok, base: Path) -> None:
             walls[workers] = time.monotonic() - started
             state = run.state.type.value if run.state else "?"
             print(f"wall: 3 datasets x {args.samples} samples on {workers} worker(s): "
-                  f"{walls[workers]:.1f} s ({state}); server 503s: {cluster.server_503s()}")
+                  f"{walls[workers]:.1f} s ({state}); server 503s: {cluster.server_503s()}; "
+                  f"{_load()}")
             spans = cluster.task_spans()
             print("      task run time, median per chunk of "
                   f"{max(100, args.samples // 10)} samples: "

@@ -10,11 +10,21 @@ this process:
 
 * before: the stream path as it was (httpx `aiter_lines` -> str SSE decoder -> `json.loads` ->
   field-by-field assembler; bench/sse_baseline.py is a frozen copy of it);
-* after: `specregen.client.transport.send`, the path the engine uses now.
+* httpx: `specregen.client.transport.send` over a plain `httpx.AsyncClient` (the cheaper byte
+  path of the previous session, still what a custom transport or a proxy gets);
+* aiohttp: `send` over `transport.HTTPClient`, the engine's client: the same byte path, read
+  through aiohttp's C HTTP parser instead of httpcore/h11;
+* after: the same as aiohttp, on the event loop `specregen infer` runs
+  (`specregen.client.loop`: uvloop when installed).
+
+before, httpx and aiohttp run on asyncio's default loop.
 
 Client CPU is this process's CPU time (the emulator has its own process). Printed: CPU per event,
-per 1,000 completion tokens, the after/before ratio, and how many 2,000-token streams at
-50 tokens/s one core sustains (1 / (CPU per token x 50)); target >= 2,000.
+per 1,000 completion tokens, the after/before and after/aiohttp (the loop's share) ratios,
+and how many 2,000-token streams at
+50 tokens/s one core sustains (1 / (CPU per token x 50)); target >= 2,000. A loaded emulator
+coalesces events into fewer network reads, which makes every path cheaper per event, so only
+paths measured in the same run compare.
 """
 
 from __future__ import annotations
@@ -37,10 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sse_baseline as baseline
 
+from specregen.client import loop as client_loop
 from specregen.client.config import EndpointConfig
-from specregen.client.transport import judge_body, send
+from specregen.client.transport import HTTPClient, judge_body, send
 
 TOKENS_PER_SECOND = 50
+PATHS = ("before", "httpx", "aiohttp", "after")
 
 
 def free_port() -> int:
@@ -124,7 +136,9 @@ async def run_level(base: str, streams: int, which: str) -> dict:
                          concurrency=streams, connections_per_shard=25)
     per = cfg.connections_per_shard
     limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-    clients = [httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(300.0))
+    # The engine's shard clients: HTTPClient for aiohttp/after, a plain httpx client otherwise.
+    kind = HTTPClient if which in ("aiohttp", "after") else httpx.AsyncClient
+    clients = [kind(limits=limits, timeout=httpx.Timeout(300.0))
                for _ in range(math.ceil(streams / per))]
     url = cfg.chat_url
     totals = {"events": 0, "tokens": 0}
@@ -148,12 +162,11 @@ async def run_level(base: str, streams: int, which: str) -> dict:
     return {"cpu": cpu, "wall": wall, **totals}
 
 
-def run_loop(coro, loop: str):
-    if loop == "uvloop":
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(coro)
+def run_path(coro, which: str):
+    """"after" on the CLI's loop (the same function `specregen infer` calls); the others on
+    asyncio's default loop."""
+    if which == "after":
+        return client_loop.run(coro)
     return asyncio.run(coro)
 
 
@@ -169,8 +182,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio",
-                        help="event loop of the client (both paths)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS),
+                        help="paths to measure (before and after are always measured)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
@@ -181,17 +194,19 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}/v1"
     try:
         events_per_answer = count_events(base)
+        paths = [p for p in PATHS if p in {"before", "after", *args.paths}]
         print(f"answer: {events_per_answer} SSE events; {os.cpu_count()} CPUs, load"
-              f" {os.getloadavg()[0]:.1f}")
+              f" {os.getloadavg()[0]:.1f}; after runs on {client_loop.loop_name()}")
         print(f"{'streams':>8} {'path':>7} {'wall s':>7} {'cpu s':>7} {'us/event':>9}"
               f" {'cpu s/1k tok':>12} {'streams/core @50 tok/s':>23}")
+        summary = []
         for streams in args.streams:
             best: dict[str, float] = {}
             # Alternating rounds; the least disturbed (lowest) CPU of each path counts: the
             # machine is shared, and a busy neighbour only ever adds CPU time.
             for _ in range(args.rounds):
-                for which in ("before", "after"):
-                    r = run_loop(run_level(base, streams, which), args.loop)
+                for which in paths:
+                    r = run_path(run_level(base, streams, which), which)
                     events = streams * events_per_answer
                     per_token = r["cpu"] / max(1, r["tokens"])
                     sustained = 1.0 / (per_token * TOKENS_PER_SECOND)
@@ -199,11 +214,19 @@ def main() -> None:
                     print(f"{streams:>8} {which:>7} {r['wall']:>7.1f} {r['cpu']:>7.2f}"
                           f" {1e6 * r['cpu'] / events:>9.1f} {1e3 * per_token:>12.4f}"
                           f" {sustained:>23,.0f}", flush=True)
-            sustained = 1.0 / (best["after"] * TOKENS_PER_SECOND)
-            print(f"{streams:>8} best of {args.rounds}: client CPU per 1,000 completion tokens"
-                  f" {1e3 * best['before']:.4f} s before, {1e3 * best['after']:.4f} s after"
-                  f" (ratio {best['after'] / best['before']:.3f}); one core sustains"
-                  f" {sustained:,.0f} streams of 2,000 tokens at 50 tokens/s (target >= 2,000)",
+            summary.append((streams, best))
+        print(f"\nbest of {args.rounds} rounds: client CPU s per 1,000 completion tokens, and"
+              f" 2,000-token streams at {TOKENS_PER_SECOND} tokens/s one core sustains"
+              f" (target >= 2,000)")
+        loop_ratio = "aiohttp" in paths
+        print(f"{'streams':>8}" + "".join(f" {p + ' s/1k':>12} {p + ' str/core':>16}"
+                                          for p in paths) + f" {'after/before':>13}"
+              + (f" {'after/aiohttp':>14}" if loop_ratio else ""))
+        for streams, best in summary:
+            cells = "".join(f" {1e3 * best[p]:>12.4f}"
+                            f" {1.0 / (best[p] * TOKENS_PER_SECOND):>16,.0f}" for p in paths)
+            print(f"{streams:>8}{cells} {best['after'] / best['before']:>13.3f}"
+                  + (f" {best['after'] / best['aiohttp']:>14.3f}" if loop_ratio else ""),
                   flush=True)
     finally:
         emulator.terminate()

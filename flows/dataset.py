@@ -14,7 +14,7 @@ from prefect.artifacts import (
 from prefect.runtime import flow_run as prefect_flow_run
 
 from flows.chunks import reconstruct_chunks
-from specregen.errors import OutputBusyError, SpecregenError
+from specregen.errors import OutputBusyError, PartialFailureError
 from specregen.pipeline.chain import ProbeStep, run_chain
 from specregen.pipeline.gating import GateVerdict
 from specregen.pipeline.layout import DatasetRun
@@ -36,7 +36,7 @@ from tasks.skip import skip_check_task
 MAX_RUNS = 4
 
 
-class RerunLimitError(SpecregenError):
+class RerunLimitError(PartialFailureError):
     """The dataset's flow run crashed too often."""
 
 
@@ -169,6 +169,11 @@ def summary_markdown(summary: dict) -> str:
         ("quarantined", gate.get("quarantined")),
         ("completion tokens", summary["completion_tokens"]),
         ("cost (USD)", summary["cost_usd"]),
+        *([("projected total (USD)", summary["projected_total_usd"]),
+           ("same answers realtime (USD)", summary["realtime_equivalent_usd"]),
+           ("savings vs realtime (USD)", summary["savings_usd"])]
+          if "projected_total_usd" in summary else []),
+        *_conversation_rows(summary.get("conversations")),
         ("endpoint probe", "{status}, {requests} requests".format(**summary["probe"])
          if summary.get("probe") else "-"),
         ("reference match", summary["reference_match"] or "-"),
@@ -179,3 +184,19 @@ def summary_markdown(summary: dict) -> str:
     lines = [f"# {summary['dataset']}: {summary.get('outcome', '')}", "", "| | |", "|---|---|"]
     lines += [f"| {name} | {value} |" for name, value in rows]
     return "\n".join(lines) + "\n"
+
+
+def _conversation_rows(conv: dict | None) -> list[tuple[str, object]]:
+    """A `turns: all` dataset: its conversations, how they stopped, how many user turns they
+    reached (one sample per user turn)."""
+    if not conv:
+        return []
+    count = f"{conv['count']}" + (f" ({conv['samples']} samples, one per user turn reached)"
+                                  if conv.get("samples") else "")
+    rows: list[tuple[str, object]] = [("conversations", count)]
+    rows += [(f"conversations by stop reason: `{reason}`", n)
+             for reason, n in conv.get("by_stop_reason", {}).items()]
+    if conv.get("user_turns"):
+        rows.append(("conversations by user turns reached", ", ".join(
+            f"{turns} turns: {n}" for turns, n in conv["user_turns"].items())))
+    return rows

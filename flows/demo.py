@@ -24,6 +24,47 @@ DEMO_CONFIG = REPO / "configs" / "demo.yaml"
 SERVER_PORT = 4200
 
 
+def demo_emulator_config(conversations: str | None = None):
+    """The demo's provider: the emulator's OpenRouter profile, returning token ids.
+
+    K2.5 now and then writes whitespace around a call's arguments; the provider's tool parser
+    trims it (`\\s*` around the arguments, docs/upstream-parsers.md) while the ids it returns
+    keep it. On the bundled B1_glaive rows that happens to an answer or two: reconstruction
+    from the returned text differs from the server's ids, they are flagged
+    `reference_text_diff` and quarantined, and `specregen inspect ... --flag
+    reference_text_diff` shows where.
+
+    `conversations`: the JSONL of the demo's whole conversations (`write_demo_conversations`);
+    the emulator then answers a request that continues one of them with the dataset's own
+    next step, or (20 %, seeded) diverges, so most conversations run their tool loops and
+    user turns to the end instead of stopping at the first answer that differs from the
+    dataset's. It recognises a conversation by its first user message, so the single-turn
+    B1_glaive requests get the dataset's first answers too (or a divergence)."""
+    from specregen.emulator.config import EmulatorConfig
+
+    return EmulatorConfig(seed=0, tool_args_whitespace_rate=0.1, conversations=conversations)
+
+
+def write_demo_conversations(out: Path) -> str | None:
+    """The prompt lines of the demo's `turns: all` datasets, for the emulator's conversation
+    mode; None when it has none. Read from the bundled samples: no request, a fraction of a
+    second."""
+    from specregen.config import load_config
+    from specregen.pipeline.prompts import prompt_to_json
+    from specregen.records import Prompt
+    from specregen.sources import read_source
+
+    config = load_config(str(DEMO_CONFIG))
+    lines = [prompt_to_json(p) for d in config.datasets if d.turns == "all"
+             for p in read_source(d.adapter, d.source, dataset=d.name, limit=d.limit,
+                                  **d.adapter_options) if isinstance(p, Prompt)]
+    if not lines:
+        return None
+    path = out / ".demo-conversations.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
 class DemoError(ServerStartError):
     pass
 
@@ -75,7 +116,6 @@ def demo_emulator(out: Path, config, tokenizer) -> Iterator:
 def run_demo(out: Path, *, keep_server: bool = False, port: int = SERVER_PORT, log=print) -> list:
     """Run the pipeline over the bundled samples; returns the datasets' results, or raises
     DatasetsFailedError (with the results) when some failed."""
-    from specregen.emulator.config import EmulatorConfig
     from specregen.models.tokenizer import load_tokenizer
 
     telemetry_off()
@@ -83,7 +123,8 @@ def run_demo(out: Path, *, keep_server: bool = False, port: int = SERVER_PORT, l
     out.mkdir(parents=True, exist_ok=True)
     with (
         prefect_server(out / ".prefect", port, keep_server, log) as api_url,
-        demo_emulator(out, EmulatorConfig(seed=0), load_tokenizer("mini")) as emulator,
+        demo_emulator(out, demo_emulator_config(write_demo_conversations(out)),
+                      load_tokenizer("mini")) as emulator,
     ):
         log(f"emulator (openrouter profile, mini tokenizer) at {emulator.openrouter_url}")
         config_path = write_demo_config(out, emulator.openrouter_url)

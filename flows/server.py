@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from specregen.errors import SpecregenError
+from specregen.errors import UnavailableError
 from specregen.procs import guarded_command
 
 # Every server specregen starts, and its own client, send nothing home.
@@ -31,7 +31,7 @@ TELEMETRY_OFF = {
 STARTUP_TIMEOUT_S = 120.0
 
 
-class ServerStartError(SpecregenError):
+class ServerStartError(UnavailableError):
     """The local Prefect server did not come up."""
 
 

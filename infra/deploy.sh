@@ -20,4 +20,15 @@ print("saved the Secret block openrouter-api-key")
 PY
 fi
 python "$root/infra/automations.py"
+# The batch-poll deployment's schedule is active only for a batch-mode config (docs/batch.md).
+if [ -z "${SPECREGEN_BATCH_POLL:-}" ]; then
+    SPECREGEN_BATCH_POLL=$(python -c 'import sys
+from specregen.config import load_config
+try:
+    print(str(load_config(sys.argv[1]).endpoint.mode == "batch").lower())
+except Exception as exc:
+    print(f"warning: batch-poll schedule left off: {exc}", file=sys.stderr)
+    print("false")' "$SPECREGEN_CONFIG")
+fi
+export SPECREGEN_BATCH_POLL
 prefect --no-prompt deploy --prefect-file deployments/prefect.yaml --all

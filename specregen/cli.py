@@ -11,7 +11,7 @@ from rich.table import Table
 
 app = typer.Typer(
     name="specregen",
-    help="Regenerate draft-model training data from Kimi K2.5, token-exact.",
+    help="Regenerate draft-model training data from a served model, token-exact.",
     no_args_is_help=True,
     add_completion=False,
 )
@@ -24,7 +24,7 @@ def _main(
         bool, typer.Option("--debug", help="Show tracebacks (also: SPECREGEN_DEBUG=1)")
     ] = False,
 ) -> None:
-    """Regenerate draft-model training data from Kimi K2.5, token-exact."""
+    """Regenerate draft-model training data from a served model, token-exact."""
     from specregen.errors import set_debug
 
     set_debug(debug)
@@ -39,11 +39,11 @@ def reconstruct(
         ),
     ],
     tokenizer: Annotated[
-        str, typer.Option(help="'mini', 'mini-qwen3', a tokenizer folder, or a hub id org/name")
+        str, typer.Option(help="A bundled test tokenizer ('mini', ...), a folder, or a hub id")
     ],
     out: Annotated[Path, typer.Option(help="Output parquet file")],
     chat_format: Annotated[
-        str | None, typer.Option("--format", help="Chat format (kimi-k2.5, qwen3); default: "
+        str | None, typer.Option("--format", help="Chat format (a registered name); default: "
                                  "from the first request's model")
     ] = None,
     thinking: Annotated[
@@ -55,18 +55,24 @@ def reconstruct(
     hf_chat_template: Annotated[
         bool, typer.Option(help="Render prompts with the tokenizer folder's chat template")
     ] = False,
+    prompts: Annotated[
+        Path | None,
+        typer.Option(help="The prompts JSONL given to `specregen infer`: a raw log of whole "
+                          "conversations (--turns all) needs it to walk their turns"),
+    ] = None,
 ) -> None:
-    """Rebuild token ids from requests and responses; one parquet row per input record."""
+    """Rebuild token ids from requests and responses; one parquet row per input record, and
+    per user turn reached of a whole conversation (with --prompts)."""
     from specregen.errors import user_errors
 
     with user_errors():
         _reconstruct(input_path, tokenizer, out, thinking, tools_format, hf_chat_template,
-                     chat_format)
+                     chat_format, prompts)
 
 
 def _reconstruct(
     input_path: str, tokenizer: str, out: Path, thinking: bool, tools_format: str,
-    hf_chat_template: bool, chat_format: str | None = None,
+    hf_chat_template: bool, chat_format: str | None = None, prompts: Path | None = None,
 ) -> None:
     from specregen.errors import storage_error
     from specregen.models.registry import get_format
@@ -82,7 +88,10 @@ def _reconstruct(
     except OSError as exc:
         console.print(f"[red]error:[/red] cannot read {input_path}: {exc}")
         raise typer.Exit(2) from None
+    records, conversations = _split_conversations(input_path, records, prompts)
     first, records = _peek(records)
+    if first is None and conversations is not None:
+        first = next(iter(conversations[1].items()), None)
     name = format_name_for(chat_format, first)
     # Only the options a user changed reach the format: a format without them refuses them.
     options: dict[str, object] = {}
@@ -112,7 +121,16 @@ def _reconstruct(
         with live_progress("reconstruct", count_lines(input_path), console=console) as progress:
 
             def tracked():
-                for sample in reconstruct_records(records, fmt, default_thinking=thinking):
+                import itertools
+
+                samples = reconstruct_records(records, fmt, default_thinking=thinking)
+                if conversations is not None:
+                    from specregen.conversation.samples import iter_conversation_samples
+
+                    plans, finals = conversations
+                    samples = itertools.chain(samples, iter_conversation_samples(
+                        plans, finals, fmt, default_thinking=thinking))
+                for sample in samples:
                     summary.add(sample)
                     failed = sample.status == "error"
                     progress.advance(done=not failed, failed=failed,
@@ -128,6 +146,65 @@ def _reconstruct(
             raise storage_error(exc, str(out)) from None
         raise
     print_reconstruct_summary(summary, out)
+
+
+def _split_conversations(input_path: str, records, prompts: Path | None):
+    """A raw log of whole conversations: its single-request records, and (the conversations'
+    plans from `prompts`, their final records by request id); (records, None) otherwise."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(input_path)
+    if not fs.isdir(path):
+        return records, None
+    from specregen.conversation.samples import conversation_finals, conversation_ids
+    from specregen.errors import UsageError
+    from specregen.store.rawlog import RawLog
+
+    finals = conversation_finals(RawLog(input_path).iter_records())
+    if not finals:
+        return records, None
+    wanted = conversation_ids(finals)
+    if prompts is None:
+        raise UsageError(f"{input_path} holds the requests of {len(wanted):,} whole "
+                         "conversation(s) (`--turns all`); pass --prompts with the prompts "
+                         "JSONL given to `specregen infer` so their turns can be walked")
+    plans = _conversation_plans(prompts, wanted)
+    singles = ((where, r) for where, r in records if r.get("sample_id") not in finals)
+    return singles, (plans, finals)
+
+
+def _conversation_plans(prompts: Path, wanted: list[str]) -> list:
+    """The plans of the `wanted` conversations from the prompts file, in its line order."""
+    from dataclasses import replace
+
+    from specregen.client.command import PromptLineError, parse_prompt_line
+    from specregen.conversation.plan import ConversationError, plan_conversation
+    from specregen.errors import UsageError
+
+    ids = set(wanted)
+    plans = []
+    try:
+        handle = prompts.open(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {prompts}: {exc.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                prompt = parse_prompt_line(line)
+                if prompt.sample_id in ids:
+                    ids.discard(prompt.sample_id)
+                    plans.append(plan_conversation(replace(prompt, turns="all")))
+            except (PromptLineError, ConversationError) as exc:
+                raise UsageError(f"{prompts}:{number}: {exc}") from None
+    if ids:
+        missing = sorted(ids)
+        raise UsageError(f"{prompts} has no line for conversation(s) "
+                         f"{', '.join(map(repr, missing[:5]))}"
+                         + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
+                         + " whose requests are in the raw log")
+    return plans
 
 
 def _peek(records):

@@ -1,7 +1,7 @@
 """The pipeline configuration: one YAML file, validated before anything is requested.
 
     storage: s3://bucket/specregen          # or a local folder
-    tokenizer: moonshotai/Kimi-K2.5         # or a folder, or `mini`
+    tokenizer: org/model                    # a hub id, or a folder, or `mini`
     endpoint: {base_url: ..., model: ..., api_key_env: OPENROUTER_API_KEY, ...}
     api_key_secret: openrouter-api-key      # optional: a Prefect Secret block instead of the env
     datasets:
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 _STRICT = ConfigDict(extra="forbid", hide_input_in_errors=True, frozen=True)
 BUNDLED_PREFIX = "bundled:"
+# Adapters that can give whole conversations (`turns: all`).
+CONVERSATION_ADAPTERS = ("glaive", "messages", "sharegpt")
 
 
 # One ConfigError for every config (the endpoint's and the pipeline's): the client's.
@@ -46,6 +48,9 @@ class DatasetConfig(BaseModel):
     source: str
     limit: int | None = Field(default=None, ge=1)
     tool_mode: Literal["tools", "system_prompt"] = "tools"
+    # `all`: whole conversations, every assistant turn regenerated on the model's own history
+    # (specregen/conversation); the adapters glaive, messages and sharegpt can give them.
+    turns: Literal["first", "all"] = "first"
     # Adapter options, e.g. {instruction_prefix: true} for magicoder.
     options: dict[str, Any] = Field(default_factory=dict)
     # Gate overrides for this dataset; the gate itself cannot be turned off.
@@ -74,11 +79,21 @@ class DatasetConfig(BaseModel):
             raise ValueError(f"no bundled sample; known: {', '.join(sorted(BUNDLED_SAMPLES))}")
         return value
 
+    @model_validator(mode="after")
+    def _turns_supported(self) -> DatasetConfig:
+        if self.turns == "all" and self.adapter not in CONVERSATION_ADAPTERS:
+            raise ValueError(f"turns: all needs an adapter with whole conversations "
+                             f"({', '.join(CONVERSATION_ADAPTERS)}), not {self.adapter!r}")
+        return self
+
     @property
     def adapter_options(self) -> dict[str, Any]:
         options = dict(self.options)
         if self.adapter == "glaive":
             options.setdefault("tool_mode", self.tool_mode)
+        # Only when "all": the prompts fingerprint of a first-turn dataset stays what it was.
+        if self.turns == "all":
+            options["turns"] = "all"
         return options
 
     def gate_config(self) -> GateConfig:
@@ -102,8 +117,8 @@ class PipelineConfig(BaseModel):
 
     storage: str
     tokenizer: str = "mini"
-    # The model's chat format (specregen/models/registry.py: kimi-k2.5, qwen3); unset, the
-    # endpoint's model id names it, and a model no format claims gets the default (kimi-k2.5).
+    # The model's chat format (a name in specregen/models/registry.py); unset, the endpoint's
+    # model id names it, and a model no format claims gets the registry's DEFAULT_FORMAT.
     format: str | None = None
     endpoint: EndpointConfig
     # A Prefect Secret block holding the API key; when unset, the key comes from the
@@ -119,6 +134,10 @@ class PipelineConfig(BaseModel):
     # deployment run: chunk groups become deployment runs of reconstruct-chunks/spread
     # (flows/chunks.py). 1: all on the dataset's own worker.
     reconstruct_spread: int = Field(default=1, ge=1, le=1000)
+    # Seconds a chunk group's run may still take to start on another worker once this worker
+    # has done its own group, before it is taken back and done here (0: at once; a pool
+    # whose workers poll slowly, or a test, waits for them).
+    reconstruct_spread_wait_s: float = Field(default=0.0, ge=0, le=3600)
     export_specforge: bool = False
     # train.jsonl: the exact ids and masks as rows speculators and SpecForge read unchanged.
     export_train: bool = True
@@ -173,6 +192,15 @@ class PipelineConfig(BaseModel):
     def format_name(self) -> str:
         """The chat format this config's answers are reconstructed with."""
         return self.endpoint.format_name
+
+    @model_validator(mode="after")
+    def _conversations_realtime(self) -> PipelineConfig:
+        # Each request of a conversation waits for the answer before it: no batch API.
+        whole = [d.name for d in self.datasets if d.turns == "all"]
+        if whole and self.endpoint.mode == "batch":
+            raise ValueError(f"datasets {', '.join(whole)} have turns: all, which needs "
+                             "endpoint.mode realtime (each request waits for the one before)")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> PipelineConfig:

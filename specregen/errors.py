@@ -29,9 +29,9 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -41,6 +41,7 @@ EXIT_BUDGET = 4
 EXIT_STORAGE = 5
 EXIT_PARTIAL = 6
 EXIT_BUSY = 7
+EXIT_UNAVAILABLE = 8
 EXIT_INTERRUPTED = 130
 
 DEBUG_ENV = "SPECREGEN_DEBUG"
@@ -99,6 +100,13 @@ class OutputBusyError(SpecregenError):
     """Another process holds the output's lease (one writer per output)."""
 
     exit_code = EXIT_BUSY
+
+
+class UnavailableError(SpecregenError):
+    """A service the run needs (the Prefect server, the shared-limit store) did not answer or
+    start; nothing is wrong with the input, so trying again later is the remedy."""
+
+    exit_code = EXIT_UNAVAILABLE
 
 
 # -- mapping OS errors ---------------------------------------------------------------------------
@@ -211,18 +219,3 @@ def user_errors() -> Iterator[None]:
         raise
     except (Exception, KeyboardInterrupt) as exc:
         fail(exc)
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def handle_errors(func: F) -> F:
-    """Decorator form of `user_errors` for a command function (keeps typer's signature)."""
-    import functools
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with user_errors():
-            return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]

@@ -15,16 +15,20 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from specregen.errors import UsageError
+
 console = Console(stderr=True)
 
 OUTPUT_FILES = ("accepted.parquet", "quarantined.parquet", "report.json", "report.md",
                 "report.html")
 
 
-class GateInputError(Exception):
+class GateInputError(UsageError):
     """An input the gate cannot read; the message says which file and why (exit code 2)."""
 
 
+# Help texts go through rich markup (typer's rich mode), where "[default: ...]" is a tag and
+# vanishes: the ones that name a default are escaped.
 def gate(
     tokens: Annotated[
         Path, typer.Argument(metavar="TOKENS", help="Parquet written by `specregen reconstruct`")
@@ -32,15 +36,17 @@ def gate(
     out: Annotated[Path, typer.Option(help="Folder for accepted/quarantined parquet + report")],
     max_quarantine_share: Annotated[
         float | None,
-        typer.Option(min=0.0, max=1.0, help="Fail above this quarantined share [default: 0.02]"),
+        typer.Option(min=0.0, max=1.0,
+                     help=escape("Fail above this quarantined share [default: 0.02]")),
     ] = None,
     tokenizer: Annotated[
         str | None,
-        typer.Option(help="Tokenizer the ids were built with: 'mini', a folder or a hub id "
-                          "[default: the one the file records; 'mini' for older files]"),
+        typer.Option(help=escape("Tokenizer the ids were built with: 'mini', a folder or a hub "
+                                 "id [default: the one the file records; 'mini' for older "
+                                 "files]")),
     ] = None,
     dataset: Annotated[
-        str | None, typer.Option(help="Dataset name for the report [default: TOKENS' stem]")
+        str | None, typer.Option(help=escape("Dataset name for the report [default: TOKENS' stem]"))
     ] = None,
     prompts: Annotated[
         Path | None,
@@ -56,14 +62,14 @@ def gate(
     ] = False,
     min_evidence: Annotated[
         str | None,
-        typer.Option(help="Weakest evidence accepted: reference, usage_exact, usage_tolerated "
-                          "or none [default: usage_tolerated]"),
+        typer.Option(help=escape("Weakest evidence accepted: reference, usage_exact, "
+                                 "usage_tolerated or none [default: usage_tolerated]")),
     ] = None,
     chat_format: Annotated[
         str | None,
-        typer.Option("--format", help="Chat format the ids were built with (kimi-k2.5, qwen3) "
-                                      "[default: the one the file records; kimi-k2.5 for older "
-                                      "files]"),
+        typer.Option("--format", help=escape("Chat format the ids were built with (a registered "
+                                             "name) [default: the one the file records; the "
+                                             "default format for older files]")),
     ] = None,
 ) -> None:
     """Check every sample's tool calls; write accepted/quarantined shards and the report.

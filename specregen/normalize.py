@@ -14,6 +14,10 @@ from typing import Any
 from specregen.records import Completion, ToolCall
 
 REASONING_FIELDS = ("reasoning", "reasoning_content")
+# The key of a choice where the client's stream assembler (client/sse.py) notes what only the
+# stream showed: `{"content_at_calls": [chars of content before call k's first delta, ...],
+# "call_fragments": [deltas of call k, ...]}`.
+STREAM_KEY = "specregen_stream"
 
 
 class ResponseError(ValueError):
@@ -41,16 +45,37 @@ def normalize_response(body: dict[str, Any]) -> Completion:
         raise ResponseError("choices[0] has no 'message' object")
 
     reasoning, reasoning_field = _reasoning(message)
+    content = _content(message.get("content"))
+    tool_calls = _tool_calls(message.get("tool_calls"))
     return Completion(
         reasoning=reasoning,
-        content=_content(message.get("content")),
-        tool_calls=_tool_calls(message.get("tool_calls")),
+        content=content,
+        tool_calls=tool_calls,
+        content_at_calls=_content_at_calls(choice.get(STREAM_KEY), content, len(tool_calls)),
         finish_reason=choice.get("finish_reason"),
         native_finish_reason=choice.get("native_finish_reason"),
         usage=body.get("usage") or {},
         provider=body.get("provider"),
         reasoning_field=reasoning_field,
     )
+
+
+def _content_at_calls(note: Any, content: str | None, calls: int) -> tuple[int, ...] | None:
+    """The stream's record of where the content stood, when it fits this answer (one
+    non-decreasing offset into the content per call) and the calls were streamed as they were
+    parsed (each in more than one delta: a call sent whole suggests a server that parsed the
+    calls at the end and sent them after all the content); anything else is no record."""
+    at = note.get("content_at_calls") if isinstance(note, dict) else None
+    if not isinstance(at, list) or len(at) != calls or not calls:
+        return None
+    fragments = note.get("call_fragments")
+    if not isinstance(fragments, list) or len(fragments) != calls or not all(
+            type(n) is int and n >= 2 for n in fragments):
+        return None
+    size = len(content or "")
+    if not all(type(n) is int and 0 <= n <= size for n in at) or at != sorted(at):
+        return None
+    return tuple(at)
 
 
 def _error_text(error: Any) -> str:

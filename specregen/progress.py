@@ -381,7 +381,12 @@ def engine_observer(progress: Progress) -> Callable[[Any], None]:
     that feeds `progress`; its counters are absolute, so a missed snapshot loses nothing."""
 
     def observe(snap: Any) -> None:
-        progress.set(done=snap.done, failed=snap.failed, in_flight=snap.in_flight,
+        # A whole conversation is one item: done when it stopped (a failed request stops it
+        # with `error`, so it is not also failed); single-turn answers count one each.
+        conversation_answers = getattr(snap, "conversation_requests_done", 0)
+        whole = getattr(snap, "conversations", 0) > 0
+        progress.set(done=snap.done - conversation_answers + getattr(snap, "conversations_done", 0),
+                     failed=0 if whole else snap.failed, in_flight=snap.in_flight,
                      skipped=snap.skipped, cost_usd=snap.cost_usd,
                      tokens=getattr(snap, "completion_tokens", None))
 

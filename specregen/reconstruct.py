@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from specregen.models.chat_format import ChatFormat, FormatError, Reading, pick_prompt
+from specregen.models.chat_format import (
+    ChatFormat,
+    FormatError,
+    Reading,
+    pick_prompt,
+    streams_calls_as_parsed,
+)
+from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import ResponseError, normalize_response
 from specregen.records import (
     Completion,
@@ -49,8 +56,15 @@ TRUST_BREAKING_FLAGS = frozenset(
         "completion_count_mismatch",
         "completion_count_inexact",
         "reading_ambiguous",
+        "max_tokens_reached",
+        "truncated_tail_unknown",
         "reference_text_diff",
         "reference_special_diff",
+        # A conversation sample (specregen/conversation/samples.py): an earlier answer of the
+        # user turn is not in the prompt as the model wrote it (the server re-rendered it), or
+        # could not be rebuilt from its own record.
+        "history_rerendered",
+        "history_unreconstructed",
     }
 )
 # Doubts a completion count equal to `usage` settles: their other reading (reasoning that was
@@ -58,6 +72,10 @@ TRUST_BREAKING_FLAGS = frozenset(
 # drops or a sampler splits makes the model's count smaller. (Marker text that was a marker is
 # shorter, so a count can never prove it was text.)
 SETTLED_BY_COUNT = frozenset({"tool_calls_in_reasoning", "reasoning_missing"})
+# Readings in which the model left the shape its template shows: a tool section opened before
+# `</think>`. Rare, but real (K2-Thinking is reported doing it), so such a reading that fits the
+# count is taken; it is no rival to a template-shaped reading unless it fits without help.
+DEVIATION_FLAGS = frozenset({"tool_calls_in_reasoning"})
 # Completion-side doubts the server's own ids settle when ours match them.
 SETTLED_BY_REFERENCE = SETTLED_BY_COUNT | {
     "markers_in_text",
@@ -149,11 +167,26 @@ def reconstruct(
     flags = ["truncated"] if truncated else []
     flags += chosen.flags + id_flags + chosen.prompt_flags
     streamed = request.get("stream") is True
-    if streamed and completion.tool_calls and completion.content and match is None:
+    if (streamed and completion.tool_calls and completion.content and match is None
+            and not _content_before_calls(completion, traits, fmt)):
         # Streamed, the tool parsers send text between the calls and after the section as
         # content too (docs/upstream-parsers.md): where the content stood is unknown, and no
-        # count tells it (the same tokens in another place).
+        # count tells it (the same tokens in another place). Only the client's record of the
+        # stream's order does: content that all came before the first call's delta was
+        # written before the section -- on a server whose tool parser streams the calls as it
+        # parses them (vLLM's and SGLang's do), which a probe's traits say it runs, or the
+        # format says every server it is documented for does (`streams_calls_as_parsed`).
         ambiguous = True
+    if truncated and completion.tool_calls and match is None:
+        # Cut by `max_tokens` after its section began: a parser drops a cut call, or returns
+        # one whose id is complete (SGLang streams it then, with an id it rebuilds): where the
+        # model stopped after its last whole call is unknown, and no count tells.
+        ambiguous = True
+    limit = _count(request.get("max_tokens") or request.get("max_completion_tokens"))
+    if not truncated and limit is not None and c_tokens is not None and c_tokens >= limit:
+        # The count reached the limit although the finish reason says the model stopped:
+        # vLLM reports `tool_calls` after a `length` stop, so the answer may be cut.
+        flags.append("max_tokens_reached")
     if ambiguous:
         flags.append("reading_ambiguous")
     completion_ids = chosen.ids
@@ -175,11 +208,14 @@ def reconstruct(
     if completion_delta is not None and not count_exact:
         if abs(completion_delta) > tol.completion_allowed(c_tokens or 0):
             flags.append("completion_count_mismatch")
-        elif _lossy(completion, chosen, streamed):
+        elif _lossy(completion, chosen, streamed) or truncated:
             # A parser on this path can drop text (trimmed whitespace, text after the tool
             # section, deleted placeholder content, the reasoning split): within the tolerance
-            # is not good enough, only an equal count says nothing was lost.
+            # is not good enough, only an equal count says nothing was lost. Nor on a cut
+            # answer: its last token may be bytes of a character the server never sent.
             flags.append("completion_count_inexact")
+    if truncated and match is None and _cut_inside_a_character(fmt.tok, chosen.assembled):
+        flags.append("truncated_tail_unknown")
 
     evidence = _evidence(match, prompt_delta, completion_delta, count_exact, tol, c_tokens)
     settled: frozenset[str] = frozenset()
@@ -248,8 +284,67 @@ def _choose(
     # (When the provider's counting of the stop token is unknown, one token more is in reach.)
     slack = 1 if traits.counts_stop_token is None and not truncated else 0
     rivals = [r for r in possible if r is not chosen and len(r.ids) - slack <= c_tokens
-              and r.ids != chosen.ids]
+              and r.ids != chosen.ids and not _two_coincidences(r, chosen, c_tokens)]
     return chosen, None, not rivals, bool(rivals)
+
+
+def _two_coincidences(rival: Reading, chosen: Reading, c_tokens: int) -> bool:
+    """A rival that needs the model to leave its template's shape (DEVIATION_FLAGS) AND a
+    parser to have dropped or a sampler split unseen tokens, against a chosen reading that
+    fits the count as written: two independent rare events against none, so it does not make
+    the chosen reading ambiguous (docs/evidence.md, "Readings"). One of them alone still does:
+    a deviating reading that fits the count exactly is chosen, or is the ambiguity."""
+    return (len(rival.ids) < c_tokens and bool(DEVIATION_FLAGS.intersection(rival.flags))
+            and not DEVIATION_FLAGS.intersection(chosen.flags))
+
+
+def _cut_inside_a_character(tok: Tokenizer, assembled: Any) -> bool:
+    """Whether an answer cut by `max_tokens` may end in a token that holds the first bytes of
+    a character: servers' detokenizers hold such bytes back and never send them, so the text
+    shows the token without them and a token with them can give the same count. That needs a
+    token of the vocabulary made of the text's last bytes plus an unfinished character."""
+    text = assembled.content or assembled.reasoning or ""
+    if not text:
+        return False
+    tail = text[-_TAIL_CHARS:].encode("utf-8")
+    heads = _unfinished_heads(tok)
+    return any(tail.endswith(head) for head in heads)
+
+
+_TAIL_CHARS = 64
+_HEADS: dict[int, tuple[Tokenizer, frozenset[bytes]]] = {}
+
+
+def _unfinished_heads(tok: Tokenizer) -> frozenset[bytes]:
+    """The non-empty bytes that come before an unfinished UTF-8 character in one token of
+    `tok` (computed once per tokenizer; a token of only such bytes adds one to the count,
+    which the count shows)."""
+    cached = _HEADS.get(id(tok))
+    if cached is not None and cached[0] is tok:
+        return cached[1]
+    heads: set[bytes] = set()
+    for token_id in range(tok.base_vocab_size):
+        try:
+            data = tok.decode_bytes([token_id])
+        except (KeyError, TypeError, ValueError, IndexError):
+            continue  # an id the vocabulary leaves unused (a hole in a tokenizer.json)
+        for at in range(len(data) - 1, max(-1, len(data) - 4), -1):
+            lead = data[at]
+            if lead & 0xC0 == 0x80:
+                continue  # a continuation byte: look further back for the lead
+            need = 2 if lead >> 5 == 6 else 3 if lead >> 4 == 14 else 4 if lead >> 3 == 30 else 1
+            if len(data) - at < need and at > 0:
+                heads.add(data[:at][-_TAIL_CHARS:])
+            break
+    _HEADS[id(tok)] = (tok, frozenset(heads))
+    return _HEADS[id(tok)][1]
+
+
+def _content_before_calls(completion: Completion, traits: ProviderTraits,
+                          fmt: ChatFormat) -> bool:
+    at = completion.content_at_calls
+    known = traits.renumbers_tool_ids is not None or streams_calls_as_parsed(fmt)
+    return known and at is not None and at[0] == len(completion.content or "")
 
 
 def _count_matches(ours: int, reported: int, traits: ProviderTraits, truncated: bool) -> bool:

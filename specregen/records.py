@@ -21,7 +21,8 @@ EVIDENCE_LEVELS: tuple[Evidence, ...] = ("reference", "usage_exact", "usage_tole
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """One sample to regenerate: an OpenAI-style conversation prefix ending on a user turn."""
+    """One sample to regenerate: an OpenAI-style conversation prefix ending on a user turn, or
+    (`turns == "all"`) a whole conversation whose every assistant turn is regenerated."""
 
     sample_id: str
     messages: list[dict[str, Any]]
@@ -29,6 +30,9 @@ class Prompt:
     tool_mode: ToolMode = "tools"
     # Fields of the source row worth keeping next to the result (e.g. glaive's own answer).
     meta: dict[str, Any] = field(default_factory=dict)
+    # "all": `messages` is the dataset's whole conversation, regenerated turn by turn
+    # (specregen/conversation); "first": a prefix ending on the user turn to answer.
+    turns: Literal["first", "all"] = "first"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +54,8 @@ class ProviderTraits:
     counts_stop_token: bool | None = None  # usage.completion_tokens includes <|im_end|>
     # Without streaming, a tool section opened before `</think>` ends the reasoning and the
     # calls come back parsed (SGLang with forced reasoning). False: such a section stays in the
-    # reasoning text (vLLM's kimi_k2 and kimi_k25 parsers), so parsed calls after a reasoning
-    # mean the model did close it. (Streamed, vLLM's kimi_k25 parser ends it too.)
+    # reasoning text (vLLM's parsers, docs/upstream-parsers.md), so parsed calls after a
+    # reasoning mean the model did close it. (Streamed, one vLLM parser ends it too.)
     ends_reasoning_at_tools: bool | None = None
 
 
@@ -88,8 +92,7 @@ class Completion:
     """A provider response normalised across API dialects.
 
     `reasoning` is None when the response carried no reasoning field at all, "" when it carried
-    an empty one. `content` is None for `content: null`. `raw_tool_text` holds the raw marker text
-    (from `<|tool_calls_section_begin|>` on) when the provider left the markers in a text field.
+    an empty one. `content` is None for `content: null`.
     """
 
     reasoning: str | None
@@ -99,10 +102,10 @@ class Completion:
     usage: dict[str, Any] = field(default_factory=dict)
     provider: str | None = None
     reasoning_field: str | None = None
-    tool_calls_source: Literal["structured", "content", "reasoning", "none"] = "none"
-    raw_tool_text: str | None = None
-    raw_tool_text_complete: bool = True
     native_finish_reason: str | None = None
+    # Streamed answers with tool calls: chars of `content` received before each call's first
+    # delta (client/sse.py records it). Delivery, not content: equal answers compare equal.
+    content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)
@@ -134,6 +137,12 @@ class TokenSample:
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_mode: ToolMode = "tools"
+    # A sample of a whole conversation (`Prompt.turns == "all"`; specregen/conversation): the
+    # conversation's id, the user turn it ends at (k, counted from 0), and why the
+    # conversation's regeneration ended (`end`, or the stop reason). None for single turns.
+    conversation_id: str | None = None
+    user_turn: int | None = None
+    stop_reason: str | None = None
 
     @classmethod
     def failed(cls, sample_id: str, error: str) -> TokenSample:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import secrets
 from dataclasses import replace
@@ -12,8 +15,11 @@ from specregen.config import load_config
 from specregen.errors import SpecregenError
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.probing import stored_traits
+from specregen.progress import ProgressState, format_line
 from specregen.records import ProviderTraits
-from specregen.store.manifest import fingerprint
+from specregen.store.manifest import fingerprint, read_manifest
+
+log = logging.getLogger(__name__)
 
 
 def dataset_run(config_path: str, dataset: str) -> DatasetRun:
@@ -74,3 +80,69 @@ def retry_unless_user_error(_task: Any, _task_run: Any, state: Any) -> bool:
     # `result()` hands back a coroutine and nothing would ever be retried.
     error = state.result(raise_on_failure=False, _sync=True)
     return isinstance(error, Exception) and not isinstance(error, SpecregenError)
+
+
+def chunk_rows(run: DatasetRun, chunk: int) -> int | None:
+    """Prompts in one chunk, from the prompts stage's manifest (None when it is not there)."""
+    from specregen.pipeline.prompts import STAGE
+
+    manifest = read_manifest(run.store, run.name, STAGE, run.prompts_fp)
+    if manifest is None or not 0 <= chunk < len(manifest.shards):
+        return None
+    return manifest.shards[chunk].rows
+
+
+class ProgressArtifacts:
+    """A Prefect progress artifact fed by a `Progress` observer in an async task: the percent
+    done, and in its description the live view's line (done / in flight / failed, rates,
+    spend, projected total, time left).
+
+    Observers are plain callables, called on the task's event loop; the API calls are async
+    (`acreate_progress_artifact` / `aupdate_progress_artifact`), so a call only records the
+    newest state and one writer task sends it: a slow server never delays the work, and
+    states that arrive while a write is on its way collapse into the next write. `aclose()`
+    sends the last state and waits for it."""
+
+    def __init__(self, key: str, title: str) -> None:
+        self.key, self.title = key, title
+        self.artifact_id: Any = None
+        self.written: list[str] = []  # descriptions sent, in order (what the UI showed)
+        self._latest: ProgressState | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._failed = False
+
+    def __call__(self, state: ProgressState) -> None:
+        if self._failed:
+            return
+        self._latest = state
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+
+        try:
+            while self._latest is not None:
+                state, self._latest = self._latest, None
+                percent = 100.0 * (state.fraction if state.fraction is not None else 0.0)
+                text = f"{self.title}: {format_line(state)}"
+                if self.artifact_id is None:
+                    self.artifact_id = await acreate_progress_artifact(
+                        percent, key=self.key, description=text)
+                else:
+                    await aupdate_progress_artifact(self.artifact_id, percent,
+                                                    description=text)
+                self.written.append(text)
+        except Exception:
+            # The stage's work goes on without its display: said once, never raised.
+            self._failed = True
+            log.warning("progress artifact %s could not be written; no more updates",
+                        self.key, exc_info=True)
+
+    async def aclose(self) -> None:
+        """Send the last state and wait until it is written."""
+        if self._latest is not None and (self._writer is None or self._writer.done()):
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+        if self._writer is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._writer

@@ -5,9 +5,17 @@ from prefect.tasks import exponential_backoff
 
 from specregen.client.engine import FatalAPIError
 from specregen.errors import BudgetError
-from specregen.pipeline.inference import infer_chunk
+from specregen.pipeline.inference import chunk_inferred, infer_chunk
 from specregen.pipeline.run import chunk_concurrency, resolve_api_key
-from tasks.common import dataset_run, retry_unless_user_error, stage_key
+from specregen.progress import Progress, engine_observer, publish
+from tasks.common import (
+    ProgressArtifacts,
+    chunk_rows,
+    dataset_run,
+    retry_unless_user_error,
+    stage_key,
+)
+from tasks.gate import artifact_key
 from tasks.limits import shared_limiter
 
 
@@ -39,6 +47,9 @@ def _retry_unless_fatal(task, task_run, state) -> bool:
 async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerprint: str) -> dict:
     """Request what this chunk's raw log lacks. Per-request retries happen inside the client."""
     run = dataset_run(config_path, dataset)
+    done = chunk_inferred(run, chunk)
+    if done is not None:  # nothing to ask, nothing to watch
+        return done
     secret = None
     if run.config.api_key_secret:
         from prefect.blocks.system import Secret
@@ -47,8 +58,19 @@ async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerpri
     key = resolve_api_key(run.config, secret)
     # The key's limits shared with every worker (config `shared_limit`), else None.
     limiter = await shared_limiter(run.config)
-    result = await infer_chunk(run, chunk, api_key=key, concurrency=chunk_concurrency(run.config),
-                               limiter=limiter)
+    # Live numbers: `specregen run`'s board (publish) and a progress artifact in the UI.
+    progress = Progress(f"infer {dataset} chunk {chunk}", total=chunk_rows(run, chunk),
+                        interval=2.0, observers=[publish])
+    artifact = ProgressArtifacts(artifact_key(dataset, f"infer-chunk-{chunk}"),
+                                 f"Inference of {dataset}, chunk {chunk}")
+    progress.subscribe(artifact)
+    try:
+        result = await infer_chunk(run, chunk, api_key=key,
+                                   concurrency=chunk_concurrency(run.config),
+                                   progress=engine_observer(progress), limiter=limiter)
+    finally:
+        progress.close()
+        await artifact.aclose()
     if result.get("stopped_reason"):
         # Not a result to cache: the chunk is unfinished.
         raise InferenceStoppedError(

@@ -16,7 +16,6 @@ holds the output, 130 interrupted.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import logging
@@ -44,14 +43,18 @@ from specregen.records import Prompt
 EXIT_FATAL = EXIT_AUTH
 
 TOOL_MODES = ("tools", "system_prompt")
+TURNS = ("first", "all")
 
 
 class PromptLineError(UsageError, ValueError):
     """A prompts-file line that is not a usable prompt; the message says why."""
 
 
-def parse_prompt_line(line: str) -> Prompt:
-    """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?}`."""
+def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
+    """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?, turns?}`.
+
+    `turns` ("first" / "all") overrides the line's own (`specregen infer --turns all`). A whole
+    conversation is checked the way the engine will walk it (the reason names the message)."""
     try:
         row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
@@ -82,9 +85,22 @@ def parse_prompt_line(line: str) -> Prompt:
     meta = row.get("meta") or {}
     if not isinstance(meta, dict):
         raise PromptLineError(f"sample {sample_id}: 'meta' is not an object")
-    return Prompt(
-        sample_id=sample_id, messages=messages, tools=tools or None, tool_mode=tool_mode, meta=meta
+    turns = turns or row.get("turns") or "first"
+    if turns not in TURNS:
+        raise PromptLineError(f"sample {sample_id}: 'turns' must be one of {', '.join(TURNS)},"
+                              f" not {turns!r}")
+    prompt = Prompt(
+        sample_id=sample_id, messages=messages, tools=tools or None, tool_mode=tool_mode,
+        meta=meta, turns=turns,
     )
+    if turns == "all":
+        from specregen.conversation.plan import ConversationError, plan_conversation
+
+        try:
+            plan_conversation(prompt)
+        except ConversationError as exc:
+            raise PromptLineError(f"sample {sample_id}: {exc.detail}") from None
+    return prompt
 
 
 def _no_constant(name: str) -> Any:
@@ -126,7 +142,9 @@ def infer(
     ],
     out: Annotated[str, typer.Option(help="Raw log folder: a path or s3://bucket/prefix")],
     base_url: Annotated[str | None, typer.Option(help="e.g. https://openrouter.ai/api/v1")] = None,
-    model: Annotated[str | None, typer.Option(help="e.g. moonshotai/kimi-k2.5")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="The endpoint's model id (it names the format)")
+    ] = None,
     dialect: Annotated[
         str | None, typer.Option(help="openrouter (default), vllm, sglang or moonshot")
     ] = None,
@@ -155,8 +173,8 @@ def infer(
     ] = None,
     chat_format: Annotated[
         str | None,
-        typer.Option("--format", help="Chat format (kimi-k2.5, qwen3): its thinking switch and "
-                                      "prompt rendering [default: from --model]"),
+        typer.Option("--format", help="Chat format (a registered name): its thinking switch "
+                                      "and prompt rendering [default: from --model]"),
     ] = None,
     config: Annotated[
         Path | None,
@@ -170,7 +188,7 @@ def infer(
         str | None,
         typer.Option(
             help="Tokenizer to check prompts against the context length ('mini', a folder, a"
-            " hub id) [default: $KIMI_TOKENIZER_DIR]"
+            " hub id) [default: the folder the format's tokenizer variable names, if set]"
         ),
     ] = None,
     max_context_tokens: Annotated[
@@ -185,6 +203,12 @@ def infer(
         str | None,
         typer.Option(help="realtime (default) or batch: the provider's batch API at its price"),
     ] = None,
+    turns: Annotated[
+        str | None,
+        typer.Option(help="all: every line is a whole conversation, each assistant turn"
+                          " regenerated on the model's own answers [default: each line's"
+                          " `turns`, else first]"),
+    ] = None,
 ) -> None:
     """Request completions for every prompt without a final result in the raw log yet."""
     with user_errors():
@@ -195,7 +219,7 @@ def infer(
             retry_failed=retry_failed, connections_per_client=connections_per_client, rpm=rpm,
             thinking=thinking, config=config, provider_profile=provider_profile,
             tokenizer=tokenizer, max_context_tokens=max_context_tokens, wait=wait, mode=mode,
-            format=chat_format,
+            format=chat_format, turns=turns,
         )
     raise typer.Exit(code)
 
@@ -227,6 +251,12 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
     if opts["max_tokens"] is not None:
         data["sampling"] = {**(data.get("sampling") or {}), "max_tokens": opts["max_tokens"]}
     cfg = EndpointConfig.load(data)  # ConfigError: a UsageError naming each bad field
+    turns = opts.get("turns")
+    if turns is not None and turns not in TURNS:
+        raise UsageError(f"--turns must be one of {', '.join(TURNS)}, not {turns!r}")
+    if turns == "all" and cfg.mode == "batch":
+        raise UsageError("--turns all cannot run in batch mode: each request of a conversation"
+                         " waits for the answer before it", hint="use --mode realtime")
 
     key = ApiKey.from_env(cfg.api_key_env)
     if key is None and not is_loopback(cfg.base_url):
@@ -244,7 +274,7 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
             raise UsageError(f"refused: {exc}") from None
     return _run(
         prompts, out, cfg, key, opts["retry_failed"], console,
-        tokenizer=opts["tokenizer"], wait=opts["wait"],
+        tokenizer=opts["tokenizer"], wait=opts["wait"], turns=turns,
     )
 
 
@@ -277,18 +307,23 @@ def _run(
     *,
     tokenizer: str | None = None,
     wait: float = 0.0,
+    turns: str | None = None,
 ) -> int:
+    from functools import partial
+
     from rich.markup import escape
 
+    from specregen.client import loop as client_loop
     from specregen.client.engine import FatalAPIError, run_inference
     from specregen.client.preflight import context_check, preflight
     from specregen.errors import storage_error
     from specregen.store.lease import acquire_lease
-    from specregen.store.rawlog import RawLog
+    from specregen.store.rawlog import RawLog, commit_rolls
 
     _route_warnings(console)
     try:
-        raw_log = RawLog(out)
+        raw_log = RawLog(out, **commit_rolls(cfg.concurrency, cfg.requests_per_minute,
+                                             cfg.log_commit_seconds))
     except (OSError, ValueError, ImportError) as exc:
         raise storage_error(exc, out, "use") from None
     # The lease writes into the output: an unwritable output (read-only, under a file, no
@@ -296,7 +331,12 @@ def _run(
     lease = acquire_lease(out, wait=wait, what="specregen infer")
     try:
         check = context_check(cfg, tokenizer, cfg.max_context_tokens)
-        checked = preflight(prompts_path, cfg, check, parse_prompt_line)
+        checked = preflight(prompts_path, cfg, _first_request_check(check),
+                            partial(parse_prompt_line, turns=turns))
+        if cfg.mode == "batch" and any(p.turns == "all" for p in checked.prompts):
+            raise UsageError("whole conversations (turns: all) cannot run in batch mode: each"
+                             " request waits for the answer before it",
+                             hint="use --mode realtime")
         for reject in checked.rejects:
             where = f"line {reject.line}" if reject.line is not None else "prompt"
             # The reason quotes input text: escaped, so "[/x]" in a prompt is not Rich markup.
@@ -309,7 +349,16 @@ def _run(
         # a terminal; one summary line per interval otherwise.
         from specregen.progress import engine_observer, live_progress
 
-        watch = live_progress("infer", len(checked.prompts), console=console)
+        whole = sum(p.turns == "all" for p in checked.prompts)
+        if whole:
+            # Whole conversations: progress counts conversations (a conversation is done when
+            # it stopped; single prompts of the same file count one each); in flight counts
+            # requests.
+            done = "conversations done" if whole == len(checked.prompts) else "done"
+            watch = live_progress("infer", len(checked.prompts), console=console,
+                                  names=(done, "failed"))
+        else:
+            watch = live_progress("infer", len(checked.prompts), console=console)
         feed: Any = None
 
         async def main() -> Any:
@@ -332,8 +381,11 @@ def _run(
                     progress=feed,
                     retry_failed=retry_failed,
                     prompt_check=None,  # every prompt passed the preflight already
+                    # A conversation's later requests grow: each is checked as it is built.
+                    followup_check=check,
                     rejects=checked.rejects,
                     should_stop=lambda: "lease_lost" if lease.lost else None,
+                    chat_format=check.fmt if check is not None else None,
                 )
 
         code = EXIT_OK
@@ -341,7 +393,8 @@ def _run(
         try:
             with watch as progress:
                 feed = engine_observer(progress)
-                summary = asyncio.run(main())
+                # uvloop when installed (specregen.client.loop): cheaper per streamed event.
+                summary = client_loop.run(main())
         except FatalAPIError as exc:
             summary = exc.summary
             code = EXIT_FATAL
@@ -388,6 +441,49 @@ def _cost_rows(summary: Any) -> list[tuple[str, Any]]:
     ]
 
 
+def _first_request_check(check: Any) -> Any:
+    """The context check of a whole conversation is its first request's (the body's messages);
+    the engine checks each later request when it is built."""
+    if check is None:
+        return None
+
+    def first(prompt: Prompt, body: dict[str, Any]) -> str | None:
+        if prompt.turns == "all":
+            from dataclasses import replace
+
+            prompt = replace(prompt, messages=body["messages"], turns="first")
+        return check(prompt, body)
+
+    return first
+
+
+def _conversation_rows(summary: Any) -> list[tuple[str, Any]]:
+    """Whole conversations: how many, and how each ended (the counts above are requests)."""
+    if not getattr(summary, "conversations", 0):
+        return []
+    from specregen.conversation.plan import STOP_REASONS
+
+    stops = summary.conversation_stops
+    rows: list[tuple[str, Any]] = [("conversations", summary.conversations)]
+    # The issue's order (`end` first), then any other reason a newer log holds.
+    for reason in [*STOP_REASONS, *sorted(set(stops) - set(STOP_REASONS))]:
+        if stops.get(reason):
+            rows.append((f"  {STOP_LABELS.get(reason, reason)}", stops[reason]))
+    if summary.conversations_open:
+        rows.append(("  left open (run again to continue)",
+                     summary.conversations_open))
+    return rows
+
+
+# How `specregen infer` names each stop reason in its summary (the reason itself stays visible:
+# it is the `stop_reason` column of the samples).
+STOP_LABELS = {
+    "end": "end (regenerated to the end)",
+    "length": "length (cut, or outgrew the context)",
+    "error": "error (a request failed)",
+}
+
+
 def _lease_lost(out: str) -> Exception:
     from specregen.errors import OutputBusyError
 
@@ -411,11 +507,14 @@ def _print_summary(summary: Any, out: str) -> None:
     table = Table(title=f"inference -> {out}")
     table.add_column("what")
     table.add_column("value", justify="right")
+    # With whole conversations every count up to the cost is of requests (a conversation is
+    # several); the conversations' outcomes follow.
+    unit = "requests " if getattr(summary, "conversations", 0) else ""
     rows = [
-        ("ok", summary.ok),
-        ("truncated (length)", summary.truncated),
-        ("failed permanently", summary.failed),
-        ("skipped (already final)", summary.skipped),
+        (f"{unit}ok", summary.ok),
+        (f"{unit}truncated (length)", summary.truncated),
+        (f"{unit}failed permanently", summary.failed),
+        (f"{unit}skipped (already final)", summary.skipped),
         ("duplicate sample ids", summary.duplicates),
         ("rejected (not sent)", summary.rejected),
         ("abandoned (stopped)", summary.abandoned),
@@ -425,6 +524,7 @@ def _print_summary(summary: Any, out: str) -> None:
         ("completion tokens", summary.completion_tokens),
         ("cost USD", f"{summary.cost_usd:.4f}"),
         *_cost_rows(summary),
+        *_conversation_rows(summary),
         ("wall s", f"{summary.wall_s:.1f}"),
         ("mean in flight", f"{summary.mean_in_flight:.1f}"),
         ("mean in flight, input left", f"{summary.mean_in_flight_input:.1f}"),

@@ -193,9 +193,15 @@ class EndpointConfig(BaseModel):
     concurrency: int = Field(default=64, ge=1, le=100_000)
     connections_per_shard: int = Field(default=25, ge=1, le=1_000)
     requests_per_minute: float | None = Field(default=None, gt=0)
+    # On object storage the raw log puts one part per commit: answers not yet put are paid again
+    # after a crash. A part is put once `concurrency` answers wait, or when the oldest has
+    # waited this long; None: the time the window takes at the configured rate (10 s without
+    # one), so a crash loses at most about one window besides the one in flight
+    # (store/rawlog.py `commit_rolls`). Local files commit (fsync) at once.
+    log_commit_seconds: float | None = Field(default=None, gt=0, le=3600)
     budget_usd: float | None = Field(default=None, ge=0)
     # The model's context length in tokens (prompt + max_tokens must fit); None: the
-    # tokenizer folder's model_max_length (Kimi K2.5: 262,144) when `infer` has a tokenizer.
+    # tokenizer folder's model_max_length when `infer` has a tokenizer.
     max_context_tokens: int | None = Field(default=None, gt=0)
 
     @field_validator("format")

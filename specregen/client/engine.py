@@ -17,8 +17,11 @@ Shape of a run:
   `Limits(max_connections=connections_per_shard)`: one client with thousands of connections
   spends its time in httpcore's quadratic pool bookkeeping (../shared/PREFECT.md rows 19-23).
 * Every finished attempt becomes one raw-log record; a sample counts as done only when its final
-  record is durable. Samples whose (sample_id, request fingerprint) already have a final record
-  are skipped (permanently failed ones too, unless `retry_failed`).
+  record is durable. A worker's slot is held until its final record is durable (a paid answer
+  not yet in the log is lost in a crash like one in flight), so a SIGKILL costs at most one
+  window of paid requests, on object stores too (a part is put once a window waits, or at once
+  when nothing is in flight). Samples whose (sample_id, request fingerprint) already have a
+  final record are skipped (permanently failed ones too, unless `retry_failed`).
 * Retries: exponential backoff with full jitter, capped, never shorter than the server's
   Retry-After, up to `retry.max_attempts` attempts PER SAMPLE: the attempts of earlier (killed)
   runs in the raw log count, and attempt numbers continue from them. Then the sample fails
@@ -33,6 +36,18 @@ Shape of a run:
   the completion price before any finished. Once it would not, nothing new starts, in-flight
   requests finish, and the summary says `stopped_reason="budget"`.
 * Requests-per-minute: a local token bucket (GCRA) in front of every attempt.
+* Whole conversations (`Prompt.turns == "all"`, specregen/conversation): every request of a
+  conversation is one sample (`{cid}/t{k}/s{j}`, its record carries `conversation`). The next
+  request is built the moment the previous answer's record is durable and queued ahead of new
+  input; no turn waits for other conversations, so the window stays full across them. New
+  conversations start longest first among the next 4 x window of the input (a conversation's
+  requests go one after another: a long one started last would be the run's tail). A rerun
+  walks each conversation over the final records already in the log (same bodies, hence same
+  fingerprints) and pays only from its first request without one. A later request that fails
+  `followup_check` (it outgrew the context) is not sent: a final record (error_class
+  `context_length`, nothing paid) stops its conversation with `length`, reruns included. The
+  run ends when the input is done, no retry waits, nothing is in flight and no conversation
+  waits for a durable write.
 """
 
 from __future__ import annotations
@@ -57,8 +72,11 @@ from specregen.client.config import EndpointConfig, Prices, RetryPolicy
 from specregen.client.limits import RequestLimiter
 from specregen.client.request import build_request, request_fingerprint, storable_request
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
-from specregen.client.transport import AttemptResult, send
+from specregen.client.transport import AttemptResult, HTTPClient, send
+from specregen.conversation.driver import ConversationDriver, Step, history_format
+from specregen.conversation.plan import ConversationError
 from specregen.errors import AuthError
+from specregen.models.chat_format import ChatFormat
 from specregen.records import Prompt
 from specregen.store.rawlog import (
     FINAL_ANSWER,
@@ -112,6 +130,9 @@ class ProgressSnapshot:
     retries: int = 0
     elapsed_s: float = 0.0
     completion_tokens: int = 0  # so far: what live progress counts tokens from
+    conversations: int = 0  # whole conversations taken from the input so far
+    conversations_done: int = 0  # of those, stopped (any reason)
+    conversation_requests_done: int = 0  # of `done`, the answers to conversations' requests
 
 
 @dataclass
@@ -141,6 +162,12 @@ class InferenceSummary:
     stopped_reason: str | None = None  # None: ran to the end; "budget"; "fatal"
     errors: dict[str, int] = field(default_factory=dict)  # error class -> attempts
     rejects: list[dict[str, Any]] = field(default_factory=list)  # line?, sample_id, reason
+    # Whole conversations (`Prompt.turns == "all"`; every count above is per request then):
+    # taken from the input, their outcomes by stop reason (those already over in the log
+    # included), and those left open because the run stopped.
+    conversations: int = 0
+    conversation_stops: dict[str, int] = field(default_factory=dict)
+    conversations_open: int = 0
 
     @property
     def done(self) -> int:
@@ -217,6 +244,8 @@ async def run_inference(
     rejects: Iterable[RejectRecord] = (),
     should_stop: Callable[[], str | None] | None = None,
     limiter: RequestLimiter | None = None,
+    chat_format: ChatFormat | None = None,
+    followup_check: Callable[[Prompt, dict[str, Any]], str | None] | None = None,
 ) -> InferenceSummary:
     """Request every prompt that has no final result in `log` yet; see the module docstring.
 
@@ -226,8 +255,16 @@ async def run_inference(
     (e.g. unparsable lines); they are written with the run's own. `should_stop()` returns a
     reason to stop starting requests (e.g. the output lease was lost). Raises FatalAPIError when
     the endpoint refuses every request; the log holds everything finished before that.
+
+    A prompt with `turns == "all"` is a whole conversation (specregen/conversation): its
+    requests go one after another, the next queued the moment the previous answer is durable,
+    while the window stays full with other conversations' requests. `chat_format` turns the
+    model's answers into history messages (default: the endpoint's format);
+    `followup_check` checks each later request of a conversation (default: `prompt_check`).
     """
     run = _Run(cfg, log, as_api_key(api_key), retry_failed, transport, rng or random.Random())
+    run.chat_format = chat_format
+    run.followup_check = followup_check or prompt_check
     run.prompt_check = prompt_check
     run.should_stop = should_stop
     # Limits shared with other processes (specregen/client/limits.py): asked before each
@@ -247,6 +284,7 @@ class _Job:
     attempt: int  # number of the next attempt (continues the raw log's history)
     tries: int  # attempts already made in this round (earlier runs included)
     stored_request: dict[str, Any] | None = None
+    step: Step | None = None  # a request of a whole conversation
 
 
 class _Run:
@@ -293,6 +331,20 @@ class _Run:
         self._retries: list[tuple[float, int, _Job]] = []
         self._sequence = itertools.count()
         self._active = 0  # samples inside an attempt right now
+        # Whole conversations: requests whose previous answer is durable, sent before new
+        # input (a conversation finishes before many others open), and the conversations
+        # whose last answer is still on its way to the log.
+        self.chat_format: ChatFormat | None = None
+        self.followup_check: Callable[[Prompt, dict[str, Any]], str | None] | None = None
+        self._driver: ConversationDriver | None = None
+        self._ready: deque[_Job] = deque()
+        self._awaiting_write = 0
+        self._conversation_answers = 0
+        # New conversations are started longest first among the next few of the input: the
+        # run ends when its last conversation does, so the long ones must not start last (a
+        # conversation's requests go one after another: its length is a floor on the tail).
+        self._lookahead: list[tuple[int, int, _Job]] = []
+        self._lookahead_size = max(16, 4 * cfg.concurrency)
         self._changed = asyncio.Event()
         self._rates: deque[tuple[float, int, int]] = deque()
 
@@ -316,7 +368,7 @@ class _Run:
         # (about 30 ms of CPU each, 6 s for 200 shards).
         tls = httpx.create_ssl_context()
         clients = [
-            httpx.AsyncClient(limits=limits, transport=self.transport, verify=tls)
+            HTTPClient(limits=limits, transport=self.transport, verify=tls)
             for _ in range(cfg.shards)
         ]
         reporter = asyncio.create_task(self._report(progress, interval)) if progress else None
@@ -332,9 +384,15 @@ class _Run:
             for client in clients:
                 await client.aclose()
             self.summary.abandoned += len(self._retries)
+            self._abandon_conversations(job for _, _, job in self._retries)
             self._retries.clear()
             # Everything queued must be durable before the counts are final.
             await self.log.flush()
+            self.summary.abandoned += len(self._ready) + len(self._lookahead)
+            self._abandon_conversations(self._ready)
+            self._abandon_conversations(job for _, _, job in self._lookahead)
+            self._ready.clear()
+            self._lookahead.clear()
             await self._write_rejects()
         self._finish_summary()
         if progress is not None:
@@ -356,14 +414,16 @@ class _Run:
                 self._internal_failure(exc)
                 return
             if job is None:
-                if self._source_done and not self._retries and self._active == 0:
+                if self._run_over():
                     self._notify()  # wake the other idle workers: the run is over
                     return
                 await self._wait_for_change(changed)
                 continue
             self._active += 1
             try:
-                await self._attempt_job(client, job)
+                written = await self._attempt_job(client, job)
+                if written is not None:
+                    await self._until_durable(written)
             except Exception as exc:
                 # Never let one sample's bug cancel the others' requests in flight: their
                 # answers may be paid for. Stop starting new ones and report at the end.
@@ -373,8 +433,24 @@ class _Run:
                 # Idle workers (input exhausted) only care about a new earliest retry (pushed
                 # below) and about the end of the run: waking them on every answer would cost
                 # window x answers wake-ups in the tail.
-                if self._source_done and not self._retries and self._active == 0:
+                if self._run_over():
                     self._notify()
+
+    async def _until_durable(self, written: asyncio.Future[None]) -> None:
+        # The worker's slot stays taken until its record is durable: an answer not yet in the
+        # log is lost (and paid again) in a crash just like one in flight, so holding the slot
+        # keeps paid-but-not-durable answers within the window at every moment (issue 10's
+        # SIGKILL bound). Write errors are handled by `_written`, like before.
+        if self.in_flight == 0:
+            # No answer can join this commit soon: waiting for a full part or the timer would
+            # only idle the window (an object store whose roll_records exceed the workers).
+            self.log.commit_soon()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(written)  # a cancelled worker must not cancel the write
+
+    def _run_over(self) -> bool:
+        return (self._source_done and not self._retries and self._active == 0
+                and not self._ready and not self._lookahead and self._awaiting_write == 0)
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -394,15 +470,29 @@ class _Run:
             change.cancel()
 
     def _take_job(self) -> _Job | None:
-        """A sample whose retry is due, else the next new prompt, else None."""
+        """A sample whose retry is due, else a conversation's next request, else the next new
+        prompt, else None."""
         if self._retries and self._retries[0][0] <= time.monotonic():
             return heapq.heappop(self._retries)[2]
-        if self._source_done:
-            return None
-        job = self._next_sample()
-        if job is None:
-            self._input_exhausted()
-        return job
+        if self._ready:
+            return self._ready.popleft()
+        # Two new prompts per job taken at most: the lookahead fills over the first requests
+        # instead of planning thousands of conversations before the first one is sent.
+        pulled = 0
+        while (not self._source_done and len(self._lookahead) < self._lookahead_size
+               and (pulled < 2 or not self._lookahead)):
+            pulled += 1
+            job = self._next_sample()
+            if job is None:
+                self._input_exhausted()
+            elif job.step is None:
+                return job
+            else:
+                heapq.heappush(self._lookahead, (-_planned_requests(job), next(self._sequence),
+                                                 job))
+        if self._lookahead:
+            return heapq.heappop(self._lookahead)[2]
+        return None
 
     def _input_exhausted(self) -> None:
         if not self._source_done:
@@ -426,6 +516,11 @@ class _Run:
                 self.summary.duplicates += 1
                 continue
             self._seen.add(sample_id)
+            if getattr(prompt, "turns", "first") == "all":
+                job = self._start_conversation(prompt)
+                if job is None:
+                    continue
+                return job
             try:
                 body = build_request(prompt, self.cfg)
                 fingerprint = request_fingerprint(body)
@@ -452,7 +547,11 @@ class _Run:
             )
         return None
 
-    async def _attempt_job(self, client: httpx.AsyncClient, job: _Job) -> None:
+    async def _attempt_job(
+        self, client: httpx.AsyncClient, job: _Job
+    ) -> asyncio.Future[None] | None:
+        """One attempt of `job`; returns the future of its final raw-log record, which holds
+        the worker's slot until durable (None: nothing sent, or no final record)."""
         cfg = self.cfg
         if job.stored_request is None:
             job.stored_request = scrub_obj(storable_request(job.body), self.key)
@@ -471,7 +570,8 @@ class _Run:
             if limiter is not None:
                 limiter.release(sent=False)
             self.summary.abandoned += 1
-            return
+            self._abandon_conversations([job])
+            return None
         try:
             result = await self._attempt(client, job.body)
         finally:
@@ -491,13 +591,20 @@ class _Run:
             job.prompt.sample_id, job.fingerprint, attempt, result, cost, final,
             job.stored_request,
         )
+        if job.step is not None:
+            record.conversation = job.step.conversation
         try:
             future = self.log.submit(record)
         except RawLogError as exc:
             self._write_failed(exc)
             self.summary.abandoned += 1
-            return
-        future.add_done_callback(partial(self._written, result.status if final else None))
+            self._abandon_conversations([job])
+            return None
+        follow = job.step is not None and final
+        if follow:
+            self._awaiting_write += 1
+        future.add_done_callback(partial(self._written, result.status if final else None,
+                                         job if follow else None, record.response))
         self._account(result, cost)
         if final:
             if result.status == "failed":
@@ -508,14 +615,15 @@ class _Run:
                     result.error_class,
                     result.error_message,
                 )
-            return
+            return future
         if result.kind == "fatal":
             self.summary.fatal += 1
             self.summary.abandoned += 1
+            self._abandon_conversations([job])
             if self.fatal_result is None:
                 self.fatal_result = result
             self._stop("fatal")
-            return
+            return None  # nothing paid: the slot need not wait for the record
         self.summary.retries += 1
         delay = backoff_delay(job.tries, cfg.retry, result.retry_after_s, self.rng)
         log.debug(
@@ -531,6 +639,8 @@ class _Run:
         heapq.heappush(self._retries, (ready, next(self._sequence), job))
         if earliest:
             self._notify()  # idle workers wait for the earliest retry: it moved
+        # Not a final record: no answer was paid for, so the slot need not wait for it.
+        return None
 
     async def _attempt(self, client: httpx.AsyncClient, body: dict[str, Any]) -> AttemptResult:
         self._flight(+1)
@@ -608,13 +718,18 @@ class _Run:
             self.write_error = error
             self._stop("raw_log_error")
 
-    def _written(self, final_status: str | None, future: asyncio.Future[None]) -> None:
+    def _written(self, final_status: str | None, job: _Job | None,
+                 response: dict[str, Any] | None, future: asyncio.Future[None]) -> None:
+        if job is not None:
+            self._awaiting_write -= 1
         if future.cancelled():
             self._write_failed(RawLogError(f"raw log {self.log.root_url}: write cancelled"))
+            self._abandon_conversations([job] if job is not None else [])
             return
         error = future.exception()
         if error is not None:
             self._write_failed(error)
+            self._abandon_conversations([job] if job is not None else [])
             return
         if final_status == "ok":
             self.summary.ok += 1
@@ -622,6 +737,107 @@ class _Run:
             self.summary.truncated += 1
         elif final_status == "failed":
             self.summary.failed += 1
+        if job is not None and final_status is not None:
+            if final_status in FINAL_ANSWER:
+                self._conversation_answers += 1
+            self._follow_up(job, final_status, response)
+
+    # -- whole conversations ---------------------------------------------------------------
+
+    def _conversations(self) -> ConversationDriver:
+        if self._driver is None:
+            fmt = self.chat_format or history_format(self.cfg.format_name)
+            self._driver = ConversationDriver(self.cfg, fmt, self._history.conversation_finals,
+                                              retry_failed=self.retry_failed)
+        return self._driver
+
+    def _start_conversation(self, prompt: Prompt) -> _Job | None:
+        driver = self._conversations()
+        try:
+            state = driver.start(prompt)
+        except ConversationError as exc:
+            self._reject(prompt.sample_id, exc.detail)
+            return None
+        self.summary.conversations += 1
+        return self._conversation_job(driver, state)
+
+    def _conversation_job(self, driver: ConversationDriver, state: Any) -> _Job | None:
+        """The conversation's next request as a job (answers already in the log are taken
+        from it, not paid for again), or None when it is over."""
+        replayed = driver.replayed
+        try:
+            step = driver.next_step(state)
+        except (ValueError, TypeError, RecursionError) as exc:
+            self._reject(state.conversation_id, f"cannot be sent as JSON: {exc}")
+            driver.abandoned()
+            return None
+        finally:
+            # Answers taken from the log count as skipped as they are taken.
+            self.summary.skipped += driver.replayed - replayed
+        if not isinstance(step, Step):
+            return None
+        # The first request is the prompt's own (checked like any prompt); later ones grew.
+        check = self.prompt_check if not state.answers else self.followup_check
+        if check is not None:
+            reason = check(step.prompt, step.body)
+            if reason is not None and state.answers:
+                return self._outgrown(driver, step, reason)
+            if reason is not None:
+                self._reject(step.prompt.sample_id, reason)
+                driver.abandoned()
+                return None
+        key = (step.prompt.sample_id, step.fingerprint)
+        return _Job(step.prompt, step.body, step.fingerprint,
+                    attempt=self._history.last_attempt.get(key, 0) + 1,
+                    tries=self._history.open_attempts.get(key, 0), step=step)
+
+    def _outgrown(self, driver: ConversationDriver, step: Step, reason: str) -> _Job | None:
+        """A later request of a conversation no longer fits the context: not sent; its final
+        record (nothing paid) stops the conversation with `length` in this run, every rerun
+        and the samples alike (`--retry-failed` checks it again)."""
+        fields = driver.outgrown(step, reason)
+        key = (step.prompt.sample_id, step.fingerprint)
+        record = AttemptRecord(
+            sample_id=step.prompt.sample_id, fingerprint=step.fingerprint,
+            attempt=self._history.last_attempt.get(key, 0) + 1, status="failed", final=True,
+            error_class=fields["error_class"], error_message=scrub_text(reason, self.key),
+            latency_s=0.0, created_at=utc_now_iso(),
+            request=scrub_obj(storable_request(step.body), self.key),
+            conversation=step.conversation,
+        )
+        log.info("conversation %s stops (length) at %s: %s", step.state.conversation_id,
+                 step.prompt.sample_id, reason)
+        try:
+            future = self.log.submit(record)
+        except RawLogError as exc:
+            self._write_failed(exc)
+            driver.abandoned()  # not recorded: a rerun checks it again
+            return None
+        # Not counted as a failed sample; only a write failure matters here.
+        future.add_done_callback(partial(self._written, None, None, None))
+        return self._conversation_job(driver, step.state)  # the stop: None
+
+    def _follow_up(self, job: _Job, status: str, response: dict[str, Any] | None) -> None:
+        # Called when the request's final record is durable: only now may the next request,
+        # built on this answer, be paid for.
+        assert job.step is not None
+        driver = self._conversations()
+        try:
+            driver.answered(job.step, status, response)
+            nxt = self._conversation_job(driver, job.step.state)
+        except Exception as exc:
+            self._internal_failure(exc)
+            return
+        if nxt is not None:
+            self._ready.append(nxt)
+            self._notify()
+        elif self._run_over():
+            self._notify()
+
+    def _abandon_conversations(self, jobs: Iterable[_Job]) -> None:
+        count = sum(1 for job in jobs if job.step is not None)
+        if count:
+            self._conversations().abandoned(count)
 
     def _record(
         self,
@@ -681,11 +897,16 @@ class _Run:
             requests_per_s=(self.finished_requests - requests) / span,
             tokens_per_s=(self.summary.completion_tokens - tokens) / span,
             cost_usd=self.summary.cost_usd,
-            skipped=self.summary.skipped,
+            # Prompts skipped; a conversation's requests answered from the log are not items
+            # of the progress (its conversation is, once it stops).
+            skipped=self.summary.skipped - (self._driver.replayed if self._driver else 0),
             requests_sent=self.summary.requests_sent,
             retries=self.summary.retries,
             elapsed_s=now - self.started,
             completion_tokens=self.summary.completion_tokens,
+            conversations=self.summary.conversations,
+            conversations_done=sum(self._driver.stops.values()) if self._driver else 0,
+            conversation_requests_done=self._conversation_answers,
         )
 
     def _call_progress(self, progress: Callable[[ProgressSnapshot], Any]) -> None:
@@ -709,6 +930,9 @@ class _Run:
         else:
             self.summary.mean_in_flight_input = self.summary.mean_in_flight
         self.summary.errors = dict(self.errors)
+        if self._driver is not None:
+            self.summary.conversation_stops = dict(self._driver.stops)
+            self.summary.conversations_open = self._driver.open
 
     def _fatal_error(self, result: AttemptResult) -> FatalAPIError:
         var = self.cfg.api_key_env
@@ -730,6 +954,14 @@ class _Run:
             http_status=result.http_status,
             summary=self.summary,
         )
+
+
+def _planned_requests(job: _Job) -> int:
+    """Requests the conversation's dataset path still holds (the model may stop sooner)."""
+    assert job.step is not None
+    plan, request = job.step.state.plan, job.step.request
+    turns = plan.turns[request.user_turn:]
+    return sum(max(1, len(t.steps)) for t in turns) - request.step
 
 
 def _str(body: Any, name: str) -> str | None:

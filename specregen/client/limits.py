@@ -32,7 +32,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specregen.errors import SpecregenError
+from specregen.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class LimitConfig(BaseModel):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$")
 
 
-class LimitStoreError(SpecregenError):
+class LimitStoreError(UnavailableError):
     """The store of the shared limits could not be reached for longer than allowed."""
 
 

@@ -30,7 +30,8 @@ from specregen.store.rawlog import RejectRecord
 
 log = logging.getLogger(__name__)
 
-# The longest token of the Kimi vocabulary is 256 bytes: a prompt with more bytes than this
+# The longest token of the K2.5 vocabulary is 256 bytes (not checked for other formats'
+# vocabularies): a prompt with more bytes than this
 # times the limit cannot fit, whatever it says (and is refused without tokenizing megabytes).
 MAX_TOKEN_BYTES = 256
 
@@ -81,24 +82,28 @@ def context_check(
 ) -> ContextCheck | None:
     """The context check for this run, or None when there is no tokenizer to count with.
 
-    `tokenizer`: 'mini', a folder or a hub id; default $KIMI_TOKENIZER_DIR when it is set.
+    `tokenizer`: 'mini', a folder or a hub id; default the folder the format's tokenizer
+    variable names (`registry.tokenizer_env`) when it is set.
     `limit`: tokens; default the endpoint config's `max_context_tokens`, else the tokenizer
     folder's `model_max_length`.
     """
-    from specregen.models.registry import get_format
+    from specregen.models.registry import get_format, tokenizer_env
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
 
-    spec = tokenizer or os.environ.get("KIMI_TOKENIZER_DIR") or None
+    # Only the run's own format's variable: another family's tokenizer would count wrongly.
+    variable = tokenizer_env(cfg.format_name)
+    spec = tokenizer or (os.environ.get(variable) if variable else None) or None
     limit = limit or cfg.max_context_tokens
     if spec is None:
+        or_set = f" or set {variable}" if variable else ""
         if limit is not None:
             raise UsageError(
                 "a context limit is set but there is no tokenizer to count prompts with",
-                hint="pass --tokenizer (a folder, 'mini' or a hub id) or set KIMI_TOKENIZER_DIR",
+                hint=f"pass --tokenizer (a folder, 'mini' or a hub id){or_set}",
             )
         log.warning(
             "no tokenizer: prompts are not checked against the model's context length"
-            " (pass --tokenizer or set KIMI_TOKENIZER_DIR)"
+            " (pass --tokenizer%s)", or_set
         )
         return None
     try:
@@ -125,10 +130,6 @@ def _model_max_length(spec: str) -> int | None:
         return None
     # transformers writes a huge sentinel when the length is unknown.
     return int(value) if isinstance(value, int) and 0 < value < 10**9 else None
-
-
-def _strict_json_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def decode_line(raw: bytes | str) -> str:

@@ -23,7 +23,17 @@ SECRET_FIELDS = frozenset({"api_key", "authorization", "Authorization"})
 
 
 def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": cfg.model, "messages": prompt.messages}
+    """The body of the prompt's request; of a whole conversation (`turns == "all"`), its first
+    request (the engine builds the later ones from the model's answers). A conversation that
+    cannot be walked raises ConversationError (a ValueError naming the message)."""
+    messages = prompt.messages
+    if prompt.turns == "all":
+        from specregen.conversation.plan import Request, advance, plan_conversation
+
+        first = advance(plan_conversation(prompt), [])
+        assert isinstance(first, Request)
+        messages = first.messages
+    body: dict[str, Any] = {"model": cfg.model, "messages": messages}
     if prompt.tool_mode == "tools" and prompt.tools:
         body["tools"] = prompt.tools
     for name, value in cfg.sampling.model_dump(exclude_none=True).items():

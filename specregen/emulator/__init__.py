@@ -1,17 +1,23 @@
-"""A local OpenAI/OpenRouter-compatible server that answers like Kimi K2.5 behind a provider.
+"""A local OpenAI/OpenRouter-compatible server that answers like a model behind a provider.
 
 It is the ground truth of the tests (with `"return_token_ids": true` a response carries the ids
 the emulated model saw and wrote), the demo's default endpoint and the load target of the
-benchmarks.
+benchmarks. Nothing here knows a model's markers: the model's chat format brings its served side
+(`models/<format>/served.py`, found by `registry.get_server`), which turns what the model says
+into ids and returns them the way each provider's stack does.
 
-* `config.EmulatorConfig`: the profile (openrouter | vllm | vllm-k25 | sglang | sglang-noforce |
-  moonshot | raw | stripped), seed, latency, fault rates, model knobs (answer shapes included),
-  prices, key and credits.
-* `generate`: one deterministic completion per request, as token ids and segments.
-* `profiles`: how each provider returns that completion (body, SSE frames).
-* `upstream`, `serverside`: vLLM's and SGLang's Kimi parsers and prompt handling, restated from
-  their code (docs/upstream-parsers.md), which the vllm* and sglang* profiles run.
-* `fidelity`: the corpus bench/fidelity.py measures reconstruction on.
+* `config.EmulatorConfig`: the profile (K2.5: openrouter | vllm | vllm-k25 | sglang |
+  sglang-noforce | moonshot | raw | stripped; Qwen3: vllm-hermes | openrouter | sglang), seed,
+  latency, fault rates, model knobs (answer shapes included), prices, key and credits, and the
+  conversation mode (`conversations`, `divergence_rate`).
+* `generate`: request digests and seeds, the declared tools, the `WRITER` a served side writes
+  its text with, non-canonical BPE splits.
+* `served`: the answer of a served side that takes text (Qwen3): what the model says, then the
+  format's ids and parsers.
+* `conversations`: conversation mode: the dataset's next step of a known conversation, or a
+  seeded divergence from it (issue 10).
+* `profiles`: how each provider returns a message (body, SSE frames).
+* `fidelity`: the K2.5 corpus bench/fidelity.py measures reconstruction on.
 * `faults`: which fault strikes an attempt, and how a connection is reset or cut.
 * `app.create_app(config, tokenizer)`: the Starlette app.
 * `server.serve_in_thread(config, tokenizer, host, port) -> RunningEmulator` with `.url`

@@ -30,8 +30,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from specregen.emulator import serverside
 from specregen.emulator.config import EmulatorConfig
+from specregen.emulator.conversations import ConversationBook, Script
 from specregen.emulator.faults import (
     EARLY_FAULTS,
     FAULT_MESSAGES,
@@ -44,14 +44,12 @@ from specregen.emulator.faults import (
     transport_of,
 )
 from specregen.emulator.generate import (
+    WRITER,
     BpeSplitter,
-    Generation,
     RequestError,
     RequestKeys,
-    generate,
     request_keys,
     request_seed,
-    view,
 )
 from specregen.emulator.profiles import (
     KEEPALIVE,
@@ -60,13 +58,11 @@ from specregen.emulator.profiles import (
     ResponseMeta,
     compact_json,
     error_event,
-    render_message,
     response_body,
     sse,
     stream_frames,
 )
 from specregen.emulator.served import SERVED_PROFILES, served_reply
-from specregen.emulator.upstream import request_thinking
 from specregen.models.chat_format import FormatError
 from specregen.models.registry import (
     DEFAULT_FORMAT,
@@ -93,21 +89,28 @@ class EmulatorState:
                 raise
             self.format_name = DEFAULT_FORMAT
         self.fmt: Any = get_format(self.format_name, tokenizer)
-        # A format with its own served side answers through it (emulator/served.py).
-        self.server = get_server(self.format_name, tokenizer)
-        if self.server is not None and config.profile not in SERVED_PROFILES:
+        # The format's served side (models/<format>/served.py): one that writes the ids itself
+        # (`writes_ids`: K2.5, with its shape knobs) is asked for a generation per request and
+        # renders each profile's message; the others get the text from emulator/served.py.
+        self.server: Any = get_server(self.format_name, tokenizer)
+        if self.server is None:
+            raise ValueError(f"the {self.format_name} format has no served side to emulate")
+        self.writes_ids = bool(getattr(self.server, "writes_ids", False))
+        profiles = getattr(self.server, "profiles", SERVED_PROFILES)
+        if config.profile not in profiles:
             raise ValueError(f"the {self.format_name} model is served with the profiles "
-                             f"{', '.join(SERVED_PROFILES)}, not {config.profile!r}")
-        if self.server is None and config.profile == "vllm-hermes":
-            raise ValueError(f"profile 'vllm-hermes' needs a format with its own served side; "
-                             f"{self.format_name} has none")
+                             f"{', '.join(profiles)}, not {config.profile!r}")
+        self.model_name = getattr(self.server, "model_name", config.model)
         self.spec = PROFILE_SPECS[config.profile]
         self.splitter = (
             BpeSplitter.for_tokenizer(tokenizer) if config.noncanonical_rate > 0 else None
         )
+        # Conversation mode: the dataset's conversations, loaded once (emulator/conversations.py).
+        self.conversations = (ConversationBook.load(config.conversations)
+                              if config.conversations is not None else None)
         # Fixed per instance, so the same request gets the same body within a run.
         self.created = int(time.time())
-        self._cache: OrderedDict[bytes, Generation] = OrderedDict()
+        self._cache: OrderedDict[bytes, Any] = OrderedDict()
         self.reset()
 
     def reset(self) -> None:
@@ -126,7 +129,14 @@ class EmulatorState:
             "faults": dict(self.faults),
         }
 
-    def generation(self, request: dict[str, Any], keys: RequestKeys) -> Generation:
+    def script(self, request: dict[str, Any]) -> Script | None:
+        """What the model says when `request` continues a known conversation, else None."""
+        if self.conversations is None:
+            return None
+        return self.conversations.script(request, self.config.seed, self.config.divergence_rate)
+
+    def generation(self, request: dict[str, Any], keys: RequestKeys) -> Any:
+        """The served side's generation for `request` (formats that write ids), cached."""
         cached = self._cache.get(keys.generation)
         if cached is not None:
             self._cache.move_to_end(keys.generation)
@@ -134,12 +144,10 @@ class EmulatorState:
         server_prompt = None
         if self.spec.server is not None:
             # The ids the model saw are the server's rendering of the request, not ours.
-            family: serverside.Family = "vllm" if self.spec.server.startswith("vllm") else "sglang"
-            thinking = request_thinking(request)
-            server_prompt = (serverside.encode_prompt(family, request, self.fmt.tok, thinking),
-                             thinking)
-        gen = generate(request, self.fmt, self.config, keys.generation, self.splitter,
-                       server_prompt)
+            server_prompt = self.server.server_prompt(self.spec.server, request)
+        gen = self.server.generate(request, self.config,
+                                   request_seed(self.config.seed, keys.generation), WRITER,
+                                   self.splitter, server_prompt, self.script(request))
         self._cache[keys.generation] = gen
         if len(self._cache) > self.config.max_cached:
             self._cache.popitem(last=False)
@@ -177,7 +185,8 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer) -> EmulatorApp:
     chat = ChatEndpoint(state)
 
     async def models(request: Request) -> JSONResponse:
-        return JSONResponse({"object": "list", "data": [model_card(config, state.created)]})
+        return JSONResponse({"object": "list",
+                             "data": [model_card(config, state.created, state.model_name)]})
 
     async def endpoints(request: Request) -> JSONResponse:
         author, slug = request.path_params["author"], request.path_params["slug"]
@@ -186,7 +195,8 @@ def create_app(config: EmulatorConfig, tokenizer: Tokenizer) -> EmulatorApp:
                 {"error": {"code": 404, "message": f"No endpoints found for {author}/{slug}."}},
                 status_code=404,
             )
-        return JSONResponse({"data": endpoints_listing(config, state.created)})
+        return JSONResponse({"data": endpoints_listing(config, state.created,
+                                                       state.model_name)})
 
     admin_token = os.environ.get(ADMIN_TOKEN_ENV) or None
 
@@ -262,14 +272,15 @@ class ChatEndpoint:
             return
 
         try:
-            if state.server is not None:
-                message, completion, gen = served_reply(state.server, config, request,
-                                                        keys.generation, _max_tokens(request))
-            else:
+            if state.writes_ids:
                 gen = state.generation(request, keys)
-                completion = view(gen, state.fmt.tok, _max_tokens(request))
-                message = render_message(state.spec, completion, gen, request,
-                                         tok=state.fmt.tok, stream=stream)
+                completion = state.server.view(gen, _max_tokens(request))
+                message = state.server.message(state.spec, completion, gen, request,
+                                               stream=stream)
+            else:
+                message, completion, gen = served_reply(state.server, config, request,
+                                                        keys.generation, _max_tokens(request),
+                                                        state.script(request))
         except (RequestError, FormatError) as exc:
             await _send_bytes(send, 400, error_json(400, str(exc)))
             return
@@ -479,13 +490,13 @@ async def _send_bytes(
 # Model listings
 
 
-def model_card(config: EmulatorConfig, created: int) -> dict[str, Any]:
+def model_card(config: EmulatorConfig, created: int, name: str) -> dict[str, Any]:
     return {
         "id": config.model,
         "object": "model",
         "created": created,
         "owned_by": config.model.split("/")[0],
-        "name": "MoonshotAI: Kimi K2.5",
+        "name": name,
         "context_length": config.context_length,
         "pricing": _pricing(config),
         "supported_parameters": SUPPORTED_PARAMETERS,
@@ -498,7 +509,7 @@ SUPPORTED_PARAMETERS = [
     "presence_penalty",
 ]
 
-# Other upstreams OpenRouter lists for Kimi K2.5 (SPEC 3.4, 4.5): names and quantizations.
+# Other upstreams OpenRouter lists for the model (SPEC 3.4, 4.5): names and quantizations.
 _OTHER_ENDPOINTS = (("Together", "fp4", "together"), ("Fireworks", "fp8", "fireworks"),
                     ("DeepInfra", "fp4", "deepinfra/fp4"))
 
@@ -509,7 +520,7 @@ def _pricing(config: EmulatorConfig) -> dict[str, str]:
             "request": "0", "image": "0", "input_cache_read": "0"}
 
 
-def endpoints_listing(config: EmulatorConfig, created: int) -> dict[str, Any]:
+def endpoints_listing(config: EmulatorConfig, created: int, name: str) -> dict[str, Any]:
     """OpenRouter's `GET /api/v1/models/{author}/{slug}/endpoints` payload."""
     served = [(config.provider_name, config.quantization,
                config.provider_name.lower().replace(" ", ""))]
@@ -518,7 +529,7 @@ def endpoints_listing(config: EmulatorConfig, created: int) -> dict[str, Any]:
     for i, (provider, quantization, tag) in enumerate(served):
         endpoints.append({
             "name": f"{provider} | {config.model}",
-            "model_name": "MoonshotAI: Kimi K2.5",
+            "model_name": name,
             "context_length": config.context_length,
             "pricing": _pricing(config),
             "provider_name": provider,
@@ -533,9 +544,9 @@ def endpoints_listing(config: EmulatorConfig, created: int) -> dict[str, Any]:
         })
     return {
         "id": config.model,
-        "name": "MoonshotAI: Kimi K2.5",
+        "name": name,
         "created": created,
-        "description": "Kimi K2.5, emulated by specregen.",
+        "description": f"{name.split(': ')[-1]}, emulated by specregen.",
         "architecture": {"tokenizer": "Other", "instruct_type": None,
                          "modality": "text+image->text", "input_modalities": ["text", "image"],
                          "output_modalities": ["text"]},

@@ -17,9 +17,9 @@ Processing is simulated on the clock: a batch is `validating` -> `in_progress` u
 `batch_delay` seconds after its creation, then `completed`; with `batch_expire_rate` a share of
 its requests is never processed and the batch ends `expired` (those requests come back as
 `batch_expired` errors). `batch_failure_rate` fails single requests (500 in the results). The
-answers are the emulator's ordinary non-streamed answers, priced at `batch_discount` of the
-realtime price (`usage.cost`). Results are computed once per batch, so reading them again is
-free and identical.
+answers are the emulator's ordinary non-streamed answers, priced at `batch_price_share` x the
+realtime price (`usage.cost`; the client's `prices.batch_discount` is the cut, 1 - share).
+Results are computed once per batch, so reading them again is free and identical.
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from specregen.emulator.generate import RequestError, request_keys, view
-from specregen.emulator.profiles import ResponseMeta, render_message, response_body
-from specregen.models.kimi_k25 import FormatError
+from specregen.emulator.generate import RequestError, request_keys
+from specregen.emulator.profiles import ResponseMeta, response_body
+from specregen.models.chat_format import FormatError
 
 # Limits of the APIs we imitate (OpenRouter's inline batches; we hold the files shape to them).
 MAX_REQUESTS = 5_000
@@ -332,9 +332,9 @@ def answer(app_state: Any, request: dict[str, Any]) -> tuple[int, dict[str, Any]
         return 400, {"error": {"code": 400, "message": f"cannot answer the request: {exc}"}}
     limits = [request.get(k) for k in ("max_tokens", "max_completion_tokens")]
     given = [v for v in limits if isinstance(v, int)]
-    completion = view(gen, app_state.fmt.tok, min(given) if given else None)
-    message = render_message(app_state.spec, completion, gen, request, tok=app_state.fmt.tok)
-    factor = config.batch_discount
+    completion = app_state.server.view(gen, min(given) if given else None)
+    message = app_state.server.message(app_state.spec, completion, gen, request)
+    factor = config.batch_price_share
     meta = ResponseMeta(
         id=("gen-" if app_state.spec.openrouter else "chatcmpl-") + keys.distinct.hex()[:24],
         created=app_state.created,

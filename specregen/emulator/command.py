@@ -1,4 +1,4 @@
-"""`specregen emulator`: serve an emulated Kimi K2.5 provider until interrupted."""
+"""`specregen emulator`: serve an emulated model behind a provider until interrupted."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from rich.console import Console
 
 from specregen.emulator.app import ADMIN_TOKEN_ENV
 from specregen.emulator.config import ALL_PROFILES, EmulatorConfig
+from specregen.models.registry import DEFAULT_MODEL
 
 console = Console(stderr=True)
 
@@ -20,7 +21,7 @@ def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port)")] = 8000,
     tokenizer: Annotated[
-        str, typer.Option(help="'mini', a tokenizer folder, or a hub id like moonshotai/Kimi-K2.5")
+        str, typer.Option(help="'mini', 'mini-qwen3', a tokenizer folder, or a hub id")
     ] = "mini",
     profile: Annotated[
         str, typer.Option(help="Provider to imitate: " + ", ".join(ALL_PROFILES))
@@ -29,7 +30,7 @@ def emulator(
     model: Annotated[
         str, typer.Option(help="Model id served; it names the chat format (e.g. Qwen/Qwen3-8B "
                                "with --profile vllm-hermes --tokenizer mini-qwen3)")
-    ] = "moonshotai/kimi-k2.5",
+    ] = DEFAULT_MODEL,
     chat_format: Annotated[
         str | None, typer.Option("--format", help="Chat format [default: from --model]")
     ] = None,
@@ -48,6 +49,15 @@ def emulator(
     keepalive_rate: Rate = 0.0,
     noncanonical_rate: Rate = 0.0,
     tool_call_rate: Rate = 0.1,
+    conversations: Annotated[
+        str | None,
+        typer.Option(help="JSONL of whole conversations (prompt lines): a request continuing "
+                          "one is answered with the dataset's next step, or diverges from it"),
+    ] = None,
+    divergence_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of conversation steps answered "
+                                                   "otherwise than the dataset (seeded)")
+    ] = 0.2,
     require_key_env: Annotated[
         str | None,
         typer.Option(help="Name of an environment variable holding the API key to require"),
@@ -55,9 +65,27 @@ def emulator(
     credits_exhausted: Annotated[
         bool, typer.Option("--credits-exhausted", help="Answer every request with 402")
     ] = False,
+    batch_delay: Annotated[
+        float, typer.Option(min=0.0, help="Batch APIs: seconds until a batch finishes")
+    ] = 0.0,
+    batch_failure_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Batch APIs: share of requests that fail "
+                                                   "(a 500 result)")
+    ] = 0.0,
+    batch_expire_rate: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Batch APIs: share of requests left "
+                                                   "unprocessed (their batch ends expired)")
+    ] = 0.0,
+    batch_price_share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Batch APIs: batch price as a share of "
+                                                   "the realtime price (OpenRouter 0.5, "
+                                                   "Moonshot 0.6); not the client's "
+                                                   "prices.batch_discount (the cut, 1 - "
+                                                   "share)")
+    ] = 0.5,
 ) -> None:
-    """Serve an OpenAI/OpenRouter-compatible endpoint that answers like Kimi K2.5 behind a
-    provider; prints the base URL, then serves until interrupted."""
+    """Serve an OpenAI/OpenRouter-compatible endpoint that answers like the model (its chat
+    format) behind a provider; prints the base URL, then serves until interrupted."""
     from specregen.emulator.server import serve_forever
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
 
@@ -88,10 +116,18 @@ def emulator(
             keepalive_rate=keepalive_rate,
             noncanonical_rate=noncanonical_rate,
             tool_call_rate=tool_call_rate,
+            conversations=conversations,
+            divergence_rate=divergence_rate,
             require_key=require_key,
             credits_exhausted=credits_exhausted,
+            batch_delay=batch_delay,
+            batch_failure_rate=batch_failure_rate,
+            batch_expire_rate=batch_expire_rate,
+            batch_price_share=batch_price_share,
         )
         tok = load_tokenizer(tokenizer)
+        if conversations is not None:
+            _announce_conversations(conversations)
     except (ValueError, TokenizerError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -117,6 +153,16 @@ def emulator(
     except (OSError, TokenizerError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def _announce_conversations(path: str) -> None:
+    """How many conversations the file holds, and each line that is not one (skipped)."""
+    from specregen.emulator.conversations import ConversationBook
+
+    book = ConversationBook.load(path)
+    for number, reason in book.rejected:
+        console.print(f"[yellow]warning:[/yellow] {path} line {number} skipped: {reason}")
+    console.print(f"conversation mode: {book.size} conversations from {path}")
 
 
 def is_loopback_host(host: str) -> bool:

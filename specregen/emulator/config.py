@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from specregen.models.registry import DEFAULT_MODEL
+
 Profile = Literal["openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce", "moonshot", "raw",
                   "stripped", "vllm-hermes"]
 # The K2.5 profiles (emulator/generate.py + profiles.py).
@@ -50,7 +52,8 @@ _RATE_FIELDS = (
     "bare_tool_id_rate",
     "batch_failure_rate",
     "batch_expire_rate",
-    "batch_discount",
+    "batch_price_share",
+    "divergence_rate",
 )
 
 
@@ -60,10 +63,10 @@ class EmulatorConfig:
 
     profile: Profile = "openrouter"
     seed: int = 0
-    model: str = "moonshotai/kimi-k2.5"
-    # The model's chat format (specregen/models/registry.py); None: the one `model` names. A
-    # format with its own served side (qwen3) answers through emulator/served.py, with the
-    # profiles `vllm-hermes` and `openrouter`; K2.5 through generate/upstream/profiles.
+    model: str = DEFAULT_MODEL
+    # The model's chat format (specregen/models/registry.py); None: the one `model` names. Its
+    # served side (`models/<format>/served.py`) says which profiles it is served with: K2.5
+    # writes its ids itself (`PROFILES`), Qwen3 gets its text from emulator/served.py.
     format: str | None = None
     # The upstream named in OpenRouter's `provider` field and first in the endpoints list.
     provider_name: str = "Moonshot AI"
@@ -95,7 +98,8 @@ class EmulatorConfig:
     length_sigma: float = 0.5
     # A call even when the user text names no declared tool (as models sometimes do).
     tool_call_rate: float = 0.1
-    # Literal marker strings (`<|im_end|>`, `<think>`, ...) written as text in the answer.
+    # The format's marker strings written as plain text in the answer (its served side names
+    # them; K2.5's).
     literal_marker_rate: float = 0.02
     leading_whitespace_rate: float = 0.1
     # Text tokens replaced by two tokens spelling the same bytes, as sampling produces.
@@ -105,9 +109,9 @@ class EmulatorConfig:
     no_content_before_calls_rate: float = 0.0
     wrong_tool_index_rate: float = 0.0
     # Shapes K2.5 writes that the upstream parsers treat unevenly (docs/upstream-parsers.md):
-    # a tool section opened before `</think>` (reasoning never closed), text after
-    # `<|tool_calls_section_end|>`, whitespace around a call id, newlines between the section's
-    # markers, and an id without the `functions.` prefix.
+    # a tool section opened before the end of the reasoning (reasoning never closed), text
+    # after the section's end marker, whitespace around a call id, newlines between the
+    # section's markers, and an id without the `functions.` prefix.
     section_in_think_rate: float = 0.0
     text_after_section_rate: float = 0.0
     tool_id_whitespace_rate: float = 0.0
@@ -122,17 +126,25 @@ class EmulatorConfig:
 
     # Batch APIs (emulator/batch.py): seconds until a batch finishes, the share of its requests
     # that fail (500) or are left unprocessed when it expires, and the batch price as a share
-    # of the realtime price (OpenRouter: 0.5, Moonshot: 0.6).
+    # of the realtime price (OpenRouter: 0.5, Moonshot: 0.6). Not a discount: the client's
+    # `prices.batch_discount` is the cut, 1 - this share (Moonshot 0.4).
     batch_delay: float = 0.0
     batch_failure_rate: float = 0.0
     batch_expire_rate: float = 0.0
-    batch_discount: float = 0.5
+    batch_price_share: float = 0.5
     # Seconds between creating a batch and answering its POST (a client killed meanwhile has
     # a batch it never heard of: the crash case of batch submission).
     batch_submit_delay: float = 0.0
 
     # Generated completions kept per request (an LRU), so retries and repeats cost nothing.
     max_cached: int = 4096
+
+    # Conversation mode (emulator/conversations.py): a JSONL of whole dataset conversations
+    # (the prompt lines `specregen infer` reads). A request continuing one of them (recognised
+    # by its first user message) is answered with the dataset's own next step, or, with
+    # probability `divergence_rate` (seeded by conversation, position and `seed`), otherwise.
+    conversations: str | None = None
+    divergence_rate: float = 0.2
 
     def __post_init__(self) -> None:
         if self.profile not in ALL_PROFILES:

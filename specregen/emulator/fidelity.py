@@ -27,9 +27,11 @@ from typing import Any, Literal
 from specregen.client.sse import assemble_lines
 from specregen.emulator.app import EmulatorState
 from specregen.emulator.config import UPSTREAM_PROFILES, EmulatorConfig, Profile
-from specregen.emulator.generate import RequestError, request_keys, view
-from specregen.emulator.profiles import ResponseMeta, render_message, response_body, stream_frames
+from specregen.emulator.generate import RequestError, request_keys
+from specregen.emulator.profiles import ResponseMeta, response_body, stream_frames
+from specregen.models.chat_format import FormatError
 from specregen.models.kimi_k25 import KimiK25
+from specregen.models.kimi_k25.served import render_message, view
 from specregen.models.tokenizer import Tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
@@ -97,21 +99,42 @@ PLAIN = ["Explain how an LRU cache works.", "Write a function to average a list.
          "Summarise the plot of Hamlet."]
 PLACES = ["Paris", "Oslo", "Lima", "Tokyo", "Rome", "Nairobi", "Quito"]
 
-# Answer shapes: clean (the defaults); the shapes the parsers treat unevenly; `spaced`,
-# whitespace around ids and arguments and bare ids, which K2.5's template never shows and whose
-# trimming the Kimi BPE often hides from the counts (` functions`, ` {`, `}\n` are single
-# tokens), kept apart so its share of the numbers can be read off; lots of literal marker text.
+# Answer shapes. The HEADLINE group models what K2.5 writes: its template's shape (`clean`, also
+# cut by `max_tokens`, and with literal marker text in code), or that shape with ONE of the
+# deviations the upstream parsers treat unevenly -- a tool section opened before `</think>`
+# (`in_think`; reported of K2-Thinking), text after `<|tool_calls_section_end|>` (`after`),
+# the `(no content)` placeholder before calls (`no_content`), a newline between the section's
+# markers (`gap`). Each is present at a high rate in its own shape, one per answer.
+# The ADVERSARIAL group holds what counts cannot see (docs/evidence.md, "known limit"):
+# `spaced` -- whitespace around ids and arguments and bare ids, which K2.5's template never
+# shows and whose trimming the Kimi BPE often hides from the counts (` functions`, ` {`, `}\n`
+# are single tokens), and indices other than the running count, which SGLang's stream rebuilds
+# from the call's position; `combined` -- several deviations in one answer at once, so that two
+# independent rare events can cancel in the count (e.g. a section opened before `</think>`
+# plus one dropped newline looks like a closed reasoning). Reconstruction takes the reading
+# that needs the fewest such coincidences; the adversarial group measures what that costs.
 SHAPES: dict[str, dict[str, float]] = {
     "clean": {},
-    "shapes": {"section_in_think_rate": 0.25, "text_after_section_rate": 0.3,
-               "section_whitespace_rate": 0.3, "no_content_before_calls_rate": 0.3,
-               "wrong_tool_index_rate": 0.1, "literal_marker_rate": 0.1},
-    "spaced": {"tool_id_whitespace_rate": 0.4, "tool_args_whitespace_rate": 0.4,
-               "bare_tool_id_rate": 0.3},
+    "in_think": {"section_in_think_rate": 0.5},
+    "after": {"text_after_section_rate": 0.5},
+    "no_content": {"no_content_before_calls_rate": 0.5},
+    "gap": {"section_whitespace_rate": 0.5},
     "literal": {"literal_marker_rate": 0.6},
     "cut": {},  # clean answers cut by `max_tokens` (finish_reason "length")
+    "spaced": {"tool_id_whitespace_rate": 0.4, "tool_args_whitespace_rate": 0.4,
+               "bare_tool_id_rate": 0.3, "wrong_tool_index_rate": 0.2},
+    "combined": {"section_in_think_rate": 0.25, "text_after_section_rate": 0.3,
+                 "section_whitespace_rate": 0.3, "no_content_before_calls_rate": 0.3,
+                 "wrong_tool_index_rate": 0.1, "literal_marker_rate": 0.1},
 }
-SHAPE_WEIGHTS = {"clean": 0.3, "shapes": 0.3, "spaced": 0.15, "literal": 0.15, "cut": 0.1}
+SHAPE_WEIGHTS = {"clean": 0.3, "in_think": 0.06, "after": 0.06, "no_content": 0.06,
+                 "gap": 0.06, "literal": 0.12, "cut": 0.1, "spaced": 0.12, "combined": 0.12}
+ADVERSARIAL_SHAPES = frozenset({"spaced", "combined"})
+
+
+def group(shape: str) -> str:
+    """`headline` or `adversarial` (the acceptance target is on the headline group)."""
+    return "adversarial" if shape in ADVERSARIAL_SHAPES else "headline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +295,7 @@ class Corpus:
                     sent = {**request, "stream": True} if stream else request
                     try:
                         body = self.answer(profile, shape, sent, stream)
-                    except RequestError:
+                    except (RequestError, FormatError):
                         continue  # the server refuses the request (a 400): nothing to rebuild
                     choice = body["choices"][0]
                     truth = tuple(body["prompt_token_ids"]) + tuple(choice["token_ids"])

@@ -1,12 +1,15 @@
-"""How each provider returns a Kimi K2.5 completion: the message fields, the body, the stream.
+"""How each provider returns a completion: the message fields, the body, the stream.
+
+The K2.5 profiles (the format's served side, `models/<format>/served.py`, turns a completion
+into a `Message` the way each profile's stack does):
 
 * `vllm`, `vllm-k25`, `sglang`, `sglang-noforce`: the completion's decoded text goes through our
-  re-statement of the upstream parsers (emulator/upstream.py; docs/upstream-parsers.md), plain
-  and streamed each on its own path, and the prompt is the server's own rendering
-  (emulator/serverside.py). `vllm` is vLLM with `--reasoning-parser kimi_k2
-  --tool-call-parser kimi_k2` as of the K2.5 release; `vllm-k25` the same with the `kimi_k25`
-  reasoning parser; `sglang` a current SGLang (reasoning forced unless the request turned
-  thinking off); `sglang-noforce` an SGLang whose Kimi detector is not forced.
+  re-statement of the upstream parsers (the format's `servers.py`; docs/upstream-parsers.md),
+  plain and streamed each on its own path, and the prompt is the server's own rendering (its
+  `serverside.py`). `vllm` is vLLM with the format's reasoning and tool parsers as of the
+  model's release; `vllm-k25` the same with the newer reasoning parser; `sglang` a current
+  SGLang (reasoning forced unless the request turned thinking off); `sglang-noforce` an SGLang
+  whose detector is not forced.
 * `openrouter`: `reasoning` + `reasoning_details`; structured calls only when `tools` was sent,
   id and arguments trimmed; an empty content is "". Also `provider`, `native_finish_reason`,
   `usage.cost`, the `X-Generation-Id` header and `: OPENROUTER PROCESSING` comments.
@@ -20,20 +23,34 @@ Without `tools` in the request no stack parses calls, so the raw section stays i
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, Protocol
 
-from specregen.emulator import upstream
 from specregen.emulator.config import Profile
-from specregen.emulator.generate import CompletionView, Generation
-from specregen.emulator.upstream import MarkerIds, Server
-from specregen.models.kimi_k25 import TOOL_MARKERS
-from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import reasoning_excluded
+from specregen.models.chat_format import ServedCall as OutCall
+from specregen.models.chat_format import ServedMessage as Message
+
+
+class CompletionLike(Protocol):
+    """What the body needs of a completion as delivered: its ids and reasoning share."""
+
+    @property
+    def ids(self) -> Sequence[int]: ...
+
+    @property
+    def reasoning_tokens(self) -> int: ...
+
+
+class GenerationLike(Protocol):
+    """What the body needs of a generation: the prompt ids the model saw."""
+
+    @property
+    def prompt_ids(self) -> Sequence[int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +62,8 @@ class ProfileSpec:
     empty_content: str | None  # what an empty content is returned as
     strip_markers: bool
     openrouter: bool  # OpenRouter's extra fields, header and keep-alive comments
-    server: Server | None  # the upstream parser code this profile runs (emulator/upstream.py)
+    # The upstream parser family this profile runs (the format's served side knows it).
+    server: str | None
 
 
 def _spec(name: Profile, reasoning_field: str, **kwargs: Any) -> ProfileSpec:
@@ -70,23 +88,6 @@ PROFILE_SPECS: dict[Profile, ProfileSpec] = {
 
 
 @dataclass(frozen=True, slots=True)
-class OutCall:
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """The assistant message a provider returns, before it becomes JSON."""
-
-    reasoning: str | None
-    content: str | None
-    tool_calls: tuple[OutCall, ...]
-    finish_reason: str
-
-
-@dataclass(frozen=True, slots=True)
 class ResponseMeta:
     id: str
     created: int
@@ -96,66 +97,7 @@ class ResponseMeta:
     price_completion: float
 
 
-def render_message(
-    spec: ProfileSpec, view: CompletionView, gen: Generation, request: dict[str, Any],
-    *, tok: Tokenizer | None = None, stream: bool = False,
-) -> Message:
-    """What the provider's parsers make of the completion (`stream`: of its streamed deltas;
-    only the upstream profiles treat the two differently, and they need the tokenizer)."""
-    if spec.server is not None:
-        if tok is None:
-            raise ValueError(f"profile {spec.name} decodes the completion: pass the tokenizer")
-        return _server_message(spec.server, view, request, tok, stream)
-    reasoning = view.reasoning
-    if spec.openrouter and reasoning_excluded(request):
-        reasoning = None
-    # Without `</think>` the reasoning parser puts all text into reasoning (SPEC 3.1).
-    content: str | None = None if view.thinking and not view.think_closed else view.content
-    calls: tuple[OutCall, ...] = ()
-    if view.made_calls and content is not None:
-        if spec.parse_tools and request.get("tools"):
-            calls = tuple(_out_call(spec, call) for call in view.calls)
-        elif spec.strip_markers:
-            content += strip_markers(view.section_text)
-        else:
-            content += view.section_text
-    if content == "":
-        content = spec.empty_content
-    if view.truncated:
-        finish = "length"
-    elif calls or (spec.strip_markers and view.made_calls):
-        finish = "tool_calls"
-    else:
-        finish = "stop"
-    return Message(reasoning, content, calls, finish)
-
-
-def _server_message(server: Server, view: CompletionView, request: dict[str, Any],
-                    tok: Tokenizer, stream: bool) -> Message:
-    out = upstream.decode_output(view.ids, tok, view.truncated)
-    parsed = upstream.parse(server, out, request, MarkerIds.of(tok), stream=stream)
-    content = parsed.content
-    if stream and content is None:
-        # Both servers open a stream with `content: ""` in the role chunk.
-        content = ""
-    calls = tuple(OutCall(c.id, c.name, c.arguments) for c in parsed.calls)
-    return Message(parsed.reasoning, content, calls, parsed.finish_reason)
-
-
-def strip_markers(text: str) -> str:
-    for marker in TOOL_MARKERS:
-        text = text.replace(marker, "")
-    return text
-
-
-def _out_call(spec: ProfileSpec, call: Any) -> OutCall:
-    call_id, arguments = call.id, call.arguments
-    if spec.trim_tool_calls:
-        call_id, arguments = call_id.strip(), arguments.strip()
-    return OutCall(call_id, call.name, arguments)
-
-
-def usage(view: CompletionView, gen: Generation, meta: ResponseMeta, spec: ProfileSpec) -> dict:
+def usage(view: CompletionLike, gen: GenerationLike, meta: ResponseMeta, spec: ProfileSpec) -> dict:
     prompt = len(gen.prompt_ids)
     completion = len(view.ids)
     prompt_cost = prompt * meta.price_prompt
@@ -203,8 +145,8 @@ def wants_token_ids(request: dict[str, Any]) -> bool:
 def response_body(
     spec: ProfileSpec,
     msg: Message,
-    view: CompletionView,
-    gen: Generation,
+    view: CompletionLike,
+    gen: GenerationLike,
     request: dict[str, Any],
     meta: ResponseMeta,
 ) -> dict[str, Any]:
@@ -233,8 +175,8 @@ def response_body(
 def stream_frames(
     spec: ProfileSpec,
     msg: Message,
-    view: CompletionView,
-    gen: Generation,
+    view: CompletionLike,
+    gen: GenerationLike,
     request: dict[str, Any],
     meta: ResponseMeta,
     rng: random.Random,
@@ -279,9 +221,20 @@ def stream_frames(
         else:
             delta = field + text + b"}"
         frames.append(before + delta + after)
-    for piece in text_pieces(msg.content, rng):
-        frames.append(before + b'{"content":' + _json_str(piece) + b"}" + after)
-    for i, call in enumerate(msg.tool_calls):
+    # Content is sent in the stretches the stream parser left between the calls.
+    text = msg.content or ""
+    at = msg.content_at_calls
+    if at is None or all(a >= len(text) for a in at):
+        stretches = [text] + [""] * len(msg.tool_calls)
+    else:
+        cuts = [0, *at, len(text)]
+        stretches = [text[a:b] for a, b in itertools.pairwise(cuts)]
+    for i, stretch in enumerate(stretches):
+        for piece in text_pieces(stretch, rng):
+            frames.append(before + b'{"content":' + _json_str(piece) + b"}" + after)
+        if i >= len(msg.tool_calls):
+            break
+        call = msg.tool_calls[i]
         frames.append(sse(chunk({"tool_calls": [{
             "index": i, "id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": ""},

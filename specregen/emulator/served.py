@@ -18,10 +18,11 @@ from typing import Any
 
 from specregen.emulator import textgen
 from specregen.emulator.config import EmulatorConfig
+from specregen.emulator.conversations import Script
 from specregen.emulator.generate import request_seed
 from specregen.emulator.profiles import Message, OutCall
 
-SERVED_PROFILES = ("vllm-hermes", "openrouter")
+SERVED_PROFILES = ("vllm-hermes", "openrouter", "sglang")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,18 +39,31 @@ class ServedGeneration:
 
 
 def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], key: bytes,
-                 max_tokens: int | None) -> tuple[Message, ServedView, ServedGeneration]:
-    """One deterministic answer to `request` (`key`: the request's generation digest)."""
+                 max_tokens: int | None, script: Script | None = None
+                 ) -> tuple[Message, ServedView, ServedGeneration]:
+    """One deterministic answer to `request` (`key`: the request's generation digest);
+    `script` (conversation mode) says what it holds besides the reasoning."""
     rng = random.Random(request_seed(config.seed, key))
     reasoning = textgen.prose(rng, _length(rng, config.reasoning_tokens_mean, config))
     content = textgen.answer(rng, _length(rng, config.content_tokens_mean, config))
-    calls = _calls(rng, request, config)
-    if calls and rng.random() < 0.5:
-        content = ""  # calls straight after the reasoning, as models often do
+    if script is None:
+        calls = _calls(rng, request, config)
+        if calls and rng.random() < 0.5:
+            content = ""  # calls straight after the reasoning, as models often do
+    else:
+        # Argument values: the format writes them its own way (Qwen3: json.dumps).
+        calls = [(c.name, c.arguments) for c in script.calls]
+        if script.content is not None:
+            content = script.content
+        elif calls:
+            content = ""
+    if hasattr(server, "for_profile"):  # e.g. Qwen3's `sglang` profile: SGLang's parsers
+        server = server.for_profile(config.profile)
     answer = server.answer(request, reasoning=reasoning, content=content, calls=calls,
                            max_tokens=max_tokens)
     # vLLM's random ids: `chatcmpl-tool-` + uuid4 hex (drawn from the seeded rng here).
-    out_calls = tuple(OutCall(f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
+    out_calls = tuple(OutCall(server.call_id(rng.getrandbits(128)) if hasattr(
+        server, "call_id") else f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
                       for name, args in answer.calls)
     message = Message(answer.reasoning, answer.content, out_calls, answer.finish_reason)
     think_end = server.markers.think_end

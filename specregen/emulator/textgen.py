@@ -1,4 +1,5 @@
-"""Deterministic model-like text: prose, code, CJK, emoji, whitespace runs, literal markers.
+"""Deterministic model-like text: prose, code, CJK, emoji, whitespace runs, literal markers
+(the format's marker strings, handed in by its served side, written as plain text).
 
 The emulator writes its completions with it and the benchmarks use it for realistic lengths;
 everything is drawn from a `random.Random`, so a seed gives the same text every time.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 
 WORDS = [
     "the",
@@ -123,9 +125,6 @@ CODE = [
     "#include <vector>\nint main() {\n    std::vector<int> v{3, 1, 2};\n    return 0;\n}\n",
     "SELECT city, AVG(temp) FROM weather GROUP BY city ORDER BY 2 DESC;\n",
 ]
-# Strings a model writes as text now and then, e.g. when it talks about its own format.
-LITERALS = ['"<|im_end|>"', "<think>", "</think>", '"<|tool_call_begin|>"']
-
 
 def sentence(rng: random.Random) -> str:
     # `choices` draws all words in one call: the emulator writes most of its text here.
@@ -134,8 +133,10 @@ def sentence(rng: random.Random) -> str:
     return " ".join(words) + rng.choice([".", ".", ".", "?", ":", "!"])
 
 
-def prose(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0) -> str:
-    """About `n_tokens` tokens of reasoning-like prose."""
+def prose(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0,
+          literals: Sequence[str] = ()) -> str:
+    """About `n_tokens` tokens of reasoning-like prose; with `literals` (strings a model writes
+    as text now and then, e.g. when it talks about its own format) at `literal_rate`."""
     out: list[str] = []
     size = 0
     while size < n_tokens:
@@ -144,8 +145,8 @@ def prose(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0) -> st
             piece = rng.choice(CJK)
         elif roll < 0.09:
             piece = rng.choice(EMOJI)
-        elif roll < 0.09 + literal_rate:
-            piece = f"the string {rng.choice(LITERALS)} is plain text"
+        elif literals and roll < 0.09 + literal_rate:
+            piece = f"the string {rng.choice(literals)} is plain text"
         else:
             piece = sentence(rng)
         out.append(piece)
@@ -154,18 +155,19 @@ def prose(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0) -> st
     return "".join(out).rstrip()
 
 
-def answer(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0) -> str:
+def answer(rng: random.Random, n_tokens: int, *, literal_rate: float = 0.0,
+           literals: Sequence[str] = ()) -> str:
     """About `n_tokens` tokens of an answer: prose with markdown and fenced code."""
     out: list[str] = []
     size = 0
     while size < n_tokens:
         if rng.random() < 0.3:
             code = rng.choice(CODE)
-            if rng.random() < literal_rate:
-                code += f"marker = {rng.choice(LITERALS)!r}\n"
+            if rng.random() < literal_rate and literals:
+                code += f"marker = {rng.choice(literals)!r}\n"
             piece = f"```python\n{code}```"
         else:
-            piece = prose(rng, rng.randint(20, 80), literal_rate=literal_rate)
+            piece = prose(rng, rng.randint(20, 80), literal_rate=literal_rate, literals=literals)
         out.append(piece)
         size += max(1, len(piece) // 4)
         out.append("\n\n")

@@ -15,6 +15,7 @@ from typing import Any
 
 import fsspec
 
+from specregen.errors import UsageError
 from specregen.export.rows import RunMeta
 from specregen.export.runmeta import chunk_run_meta
 from specregen.export.writer import ExportShard, chunk_of
@@ -22,7 +23,7 @@ from specregen.export.writer import ExportShard, chunk_of
 MANIFEST = "manifest.json"
 
 
-class PublicationError(ValueError):
+class PublicationError(UsageError, ValueError):
     """Not a publication folder, or one whose shards do not match its manifest."""
 
 

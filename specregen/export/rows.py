@@ -17,11 +17,6 @@ from typing import Any
 
 from specregen.records import TokenSample
 
-# The usage counters kept in the metadata, always all present (int or null): providers return
-# different shapes, and a varying nested object breaks schema inference downstream.
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens", "reasoning_tokens",
-              "cached_tokens")
-
 
 @dataclass(frozen=True, slots=True)
 class ExportContext:
@@ -55,10 +50,11 @@ def train_row(
     metadata = {
         "dataset": ctx.dataset,
         "sample_id": sample.sample_id,
-        # Null until conversations (several user turns) exist; the keys are there already so
-        # the row shape does not change when they do.
-        "conversation_id": getattr(sample, "conversation_id", None),
-        "user_turn": getattr(sample, "user_turn", None),
+        # A sample of a whole conversation (one per user turn; its loss mask covers every
+        # answer of the turn's tool loop); null on single-turn samples.
+        "conversation_id": sample.conversation_id,
+        "user_turn": sample.user_turn,
+        "stop_reason": sample.stop_reason,
         "evidence": getattr(sample, "evidence", None),
         "status": sample.status,
         "flags": [str(f) for f in sample.flags],
@@ -83,7 +79,10 @@ def train_row(
 
 
 def normalize_usage(usage: dict[str, Any] | None) -> dict[str, int | None]:
-    """The fixed usage shape: OpenAI's counters, with the nested detail counters lifted."""
+    """The fixed usage shape: OpenAI's counters, with the nested detail counters lifted.
+
+    Every key is always present (int or null): providers return different shapes, and a
+    varying nested object breaks schema inference downstream."""
     usage = usage if isinstance(usage, dict) else {}
     completion_details = usage.get("completion_tokens_details") or {}
     prompt_details = usage.get("prompt_tokens_details") or {}
@@ -101,7 +100,13 @@ def normalize_usage(usage: dict[str, Any] | None) -> dict[str, int | None]:
 
 
 def messages_row(sample: TokenSample) -> dict[str, Any]:
-    """The prompt messages plus the regenerated assistant turn, as text (lossy)."""
+    """The prompt messages plus the regenerated assistant turn, as text (lossy).
+
+    `trained_messages`: the indices in `conversations` of the assistant messages the sample's
+    loss mask covers -- the last one, and for a conversation sample every answer of its user
+    turn's tool loop (earlier turns are history the sample does not train on; their own
+    samples do). A trainer that masks every assistant message would train those twice.
+    """
     turn: dict[str, Any] = {"role": "assistant", "content": sample.content or ""}
     if sample.reasoning:
         turn["reasoning_content"] = sample.reasoning
@@ -111,12 +116,24 @@ def messages_row(sample: TokenSample) -> dict[str, Any]:
              "function": {"name": c.name, "arguments": c.arguments}}
             for c in sample.tool_calls
         ]
-    record: dict[str, Any] = {"id": sample.sample_id,
-                              "conversations": [*(sample.messages or []), turn]}
+    conversation = [*(sample.messages or []), turn]
+    record: dict[str, Any] = {"id": sample.sample_id, "conversations": conversation,
+                              "trained_messages": _trained_messages(sample, conversation)}
     if sample.tools:
         record["tools"] = sample.tools
     record["thinking"] = sample.thinking
     return record
+
+
+def _trained_messages(sample: TokenSample, conversation: list[dict[str, Any]]) -> list[int]:
+    last = len(conversation) - 1
+    if sample.conversation_id is None:
+        return [last]
+    # The turn's answers follow its user message(s) (specregen/conversation/samples.py).
+    start = 1 + max((i for i, m in enumerate(conversation[:last]) if isinstance(m, dict)
+                     and m.get("role") in ("user", "system")), default=-1)
+    return [i for i in range(start, last) if isinstance(conversation[i], dict)
+            and conversation[i].get("role") == "assistant"] + [last]
 
 
 def dumps(row: dict[str, Any]) -> str:

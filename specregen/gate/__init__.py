@@ -16,11 +16,17 @@ Per sample (`check_sample`), each check either passes or gives a reason (check n
 - `name_declared`: the function is declared in `tools`, or in a glaive-style system prompt.
 - `tool_id_form`: ids are `functions.NAME:IDX`, NAME is the call's name, indices count on from
   the conversation's earlier calls.
-- `marker_text`: no tool-call marker, `<think>` or `</think>` text in reasoning, content or
-  arguments.
+- `marker_text`: no marker text of the format (`ChatFormat.find_marker_text`: tool-call
+  markers, think tags) in reasoning, content or arguments.
 - `finish_reason`: `tool_calls` iff there are calls; `stop` with calls only when allowed;
   `length` only when truncated samples are accepted.
 - `usage_lengths`: our token counts agree with the provider's `usage` within the tolerance.
+
+A conversation sample (`conversation_id` set) also trains on the earlier answers of its user
+turn's tool loop (in its prompt, under its loss mask): their calls get the same
+`arguments_json`, `arguments_schema`, `name_declared` and `tool_id_form` checks, ids counted on
+from the calls before them in the conversation; the report counts conversations regenerated to
+the end vs stopped, by stop reason, and user turns reached per conversation.
 
 Per dataset: `fail` when the quarantined share exceeds `max_quarantine_share` or any hard
 invariant breaks (or there is no sample at all), else `pass`. The gate has no off switch.

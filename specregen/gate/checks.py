@@ -102,6 +102,10 @@ def check_sample(sample: TokenSample, fmt: ChatFormat, config: GateConfig) -> Ga
     ):
         if reason is not None:
             reasons.append(reason)
+    if sample.conversation_id is not None:
+        history_reasons, history_quirks = _history_answers(sample, fmt, declared)
+        reasons += history_reasons
+        quirks = tuple(dict.fromkeys((*quirks, *history_quirks)))
     return GateDecision(sample.sample_id, tuple(reasons), hard, quirks)
 
 
@@ -246,6 +250,55 @@ def _tool_ids(calls: list[ToolCall], messages: list[dict[str, Any]] | None,
         return None
     more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
     return Reason("tool_id_form", _clip(problems[0] + more), _excerpt(calls[0].id))
+
+
+# --- a conversation's earlier answers -----------------------------------------------------------
+
+
+def turn_history_answers(sample: TokenSample) -> list[tuple[int, list[ToolCall]]]:
+    """A conversation sample's earlier answers of its user turn, as (message index, calls):
+    the assistant messages after the turn's user message(s), which sit in the prompt under the
+    loss mask (specregen/conversation/samples.py). Empty for a single-turn sample, whose
+    history is the dataset's, not the model's."""
+    if sample.conversation_id is None or not sample.messages:
+        return []
+    messages = sample.messages
+    start = 1 + max((i for i, m in enumerate(messages) if isinstance(m, dict)
+                     and m.get("role") in ("user", "system")), default=-1)
+    return [(i, _message_calls(messages[i])) for i in range(start, len(messages))
+            if isinstance(messages[i], dict) and messages[i].get("role") == "assistant"]
+
+
+def _message_calls(message: dict[str, Any]) -> list[ToolCall]:
+    out = []
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
+        args = fn.get("arguments")
+        out.append(ToolCall(id=str(call.get("id") or "") if isinstance(call, dict) else "",
+                            name=str(fn.get("name") or ""),
+                            arguments=args if isinstance(args, str) else json.dumps(args)))
+    return out
+
+
+def _history_answers(sample: TokenSample, fmt: ChatFormat,
+                     declared: Declared) -> tuple[list[Reason], tuple[str, ...]]:
+    """The per-call checks on each earlier answer of the sample's user turn: its calls are
+    model output the sample trains on, like the completion's (ids counted on from the calls
+    before that answer in the conversation)."""
+    reasons: list[Reason] = []
+    quirks: list[str] = []
+    for index, calls in turn_history_answers(sample):
+        if not calls:
+            continue
+        found, seen = _arguments(calls, declared)
+        quirks.extend(seen)
+        for reason in (*found, _names(calls, declared),
+                       _tool_ids(calls, sample.messages[:index], fmt)):
+            if reason is not None:
+                reasons.append(Reason(reason.check, _clip(
+                    f"history answer messages[{index}]: {reason.detail}"), reason.excerpt))
+    return reasons, tuple(quirks)
 
 
 # --- text, finish reason, usage ---------------------------------------------------------------

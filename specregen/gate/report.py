@@ -13,7 +13,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from specregen.gate.checks import CHECKS, GateDecision, check_sample, parse_arguments
+from specregen.gate.checks import (
+    CHECKS,
+    GateDecision,
+    check_sample,
+    parse_arguments,
+    turn_history_answers,
+)
 from specregen.gate.config import GateConfig
 from specregen.models.chat_format import ChatFormat
 from specregen.records import EVIDENCE_LEVELS, TokenSample
@@ -57,6 +63,9 @@ class GateReport:
     examples: dict[str, list[dict[str, Any]]]
     hard_invariant_examples: list[dict[str, Any]]
     config: dict[str, Any]
+    # Whole conversations (samples with a conversation_id): how their regeneration ended and
+    # how many user turns each reached; None when the dataset has none.
+    conversations: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -172,6 +181,9 @@ class Tally:
     tools: dict[str, list[int]] = field(default_factory=dict)
     other_tools: list[int] = field(default_factory=lambda: [0, 0])
     trigger: Trigger = field(default_factory=Trigger)
+    history_calls: int = 0
+    # conversation id -> [stop reason, user turns with a sample, samples, accepted samples]
+    conversations: dict[str, list[Any]] = field(default_factory=dict)
     # check -> heap of (-tokens, -seq, example): the root is the longest kept, replaced first.
     heaps: dict[str, list[tuple[int, int, dict[str, Any]]]] = field(default_factory=dict)
 
@@ -189,6 +201,8 @@ class Tally:
         self.truncated += sample.finish_reason == "length"
         self.no_usage += sample.status != "error" and sample.usage_completion_delta is None
         self._add_tools(sample, decision.accepted)
+        if sample.conversation_id is not None:
+            self._add_conversation(sample, decision.accepted)
         if self.reference is not None and sample.status != "error":
             if sample.sample_id in self.reference:
                 self.trigger.add(sample, self.reference[sample.sample_id])
@@ -204,12 +218,23 @@ class Tally:
             trip = next(r for r in decision.reasons if r.check == "round_trip")
             self._keep_example("__hard__", sample, trip.detail, trip.excerpt)
 
+    def _add_conversation(self, sample: TokenSample, accepted: bool) -> None:
+        entry = self.conversations.setdefault(str(sample.conversation_id),
+                                              [sample.stop_reason, 0, 0, 0])
+        entry[1] = max(entry[1], (sample.user_turn or 0) + 1)
+        entry[2] += 1
+        entry[3] += accepted
+
     def _add_tools(self, sample: TokenSample, accepted: bool) -> None:
-        if not sample.tool_calls:
+        # A conversation sample also trains on the calls of its turn's earlier answers.
+        history = [c for _, calls in turn_history_answers(sample) for c in calls]
+        self.history_calls += len(history)
+        calls = [*history, *sample.tool_calls]
+        if not calls:
             return
         self.with_calls += 1
-        self.calls += len(sample.tool_calls)
-        for call in sample.tool_calls:
+        self.calls += len(calls)
+        for call in calls:
             name = call.name[:_NAME_CHARS]
             counts = self.tools.get(name)
             if counts is None:
@@ -255,6 +280,7 @@ class Tally:
                 "hard_invariant_breaks": self.hard,
                 "samples_with_calls": self.with_calls,
                 "tool_calls": self.calls,
+                "history_tool_calls": self.history_calls,
                 "truncated": self.truncated,
                 "without_usage": self.no_usage,
                 "by_status": dict(sorted(self.by_status.items())),
@@ -275,7 +301,32 @@ class Tally:
             examples={c: self._examples(c) for c in CHECKS if c in self.heaps},
             hard_invariant_examples=self._examples("__hard__"),
             config=self.config.to_dict(),
+            conversations=self._conversations(),
         )
+
+    def _conversations(self) -> dict[str, Any] | None:
+        if not self.conversations:
+            return None
+        from specregen.conversation.plan import STOP_REASONS
+
+        reasons = Counter(str(e[0]) if e[0] is not None else "unfinished"
+                          for e in self.conversations.values())
+        turns = Counter(e[1] for e in self.conversations.values())
+        return {
+            "conversations": len(self.conversations),
+            "ended": reasons.get("end", 0),
+            "stopped": sum(k for r, k in reasons.items() if r not in ("end", "unfinished")),
+            # A request of the conversation still has no final answer (a stopped run).
+            "unfinished": reasons.get("unfinished", 0),
+            "by_stop_reason": {r: reasons[r] for r in (*STOP_REASONS, "unfinished")
+                               if reasons.get(r)} | {r: k for r, k in sorted(reasons.items())
+                                                      if r not in STOP_REASONS
+                                                      and r != "unfinished"},
+            "user_turns": {str(t): turns[t] for t in sorted(turns)},
+            "samples": sum(e[2] for e in self.conversations.values()),
+            "accepted": sum(e[3] for e in self.conversations.values()),
+            "wholly_accepted": sum(e[2] == e[3] for e in self.conversations.values()),
+        }
 
 
 def _verdict(
@@ -332,6 +383,7 @@ def render_markdown(report: GateReport) -> str:
         "",
         "Reconstruction status: "
         + (", ".join(f"`{s}` {c:,}" for s, c in t["by_status"].items()) or "none"),
+        *_conversations_section(report.conversations, t.get("history_tool_calls", 0)),
         "",
         "## Accepted samples by evidence",
         "",
@@ -362,6 +414,44 @@ def render_markdown(report: GateReport) -> str:
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|",
               *(f"| `{k}` | {v} |" for k, v in report.config.items()), ""]
     return "\n".join(lines)
+
+
+def _conversations_section(conv: dict[str, Any] | None, history_calls: int) -> list[str]:
+    if not conv:
+        return []
+    n = conv["conversations"]
+    lines = [
+        "",
+        "## Conversations",
+        "",
+        "Whole conversations regenerated turn by turn: one sample per user turn reached; a "
+        "sample's loss mask covers every answer of its turn's tool loop.",
+        "",
+        "| | conversations | share |",
+        "|---|---:|---:|",
+        f"| regenerated to the end | {conv['ended']:,} | {_share(conv['ended'], n)} |",
+        f"| stopped early | {conv['stopped']:,} | {_share(conv['stopped'], n)} |",
+    ]
+    if conv.get("unfinished"):
+        lines.append(f"| unfinished (a request without a final answer) | {conv['unfinished']:,}"
+                     f" | {_share(conv['unfinished'], n)} |")
+    lines += [
+        f"| every sample accepted | {conv['wholly_accepted']:,} | "
+        f"{_share(conv['wholly_accepted'], n)} |",
+        f"| all | {n:,} | |",
+        "",
+        "| stop reason | conversations | share |",
+        "|---|---:|---:|",
+        *(f"| `{_text(r)}` | {k:,} | {_share(k, n)} |" for r, k in conv["by_stop_reason"].items()),
+        "",
+        "| user turns reached | conversations | share |",
+        "|---:|---:|---:|",
+        *(f"| {t} | {k:,} | {_share(k, n)} |" for t, k in conv["user_turns"].items()),
+        "",
+        f"Samples: {conv['samples']:,} ({conv['accepted']:,} accepted); tool calls in earlier "
+        f"answers of a turn (checked like the completion's): {history_calls:,}.",
+    ]
+    return lines
 
 
 def _counter_table(title: str, key: str, unit: str, counts: dict[str, int]) -> list[str]:

@@ -76,6 +76,8 @@ def _run(tokens: Path, selection, html: Path | None, limit: int | None, tokenize
         token_meta,
     )
     from specregen.inspect.view import build_view
+    from specregen.models.chat_format import FormatError
+    from specregen.models.registry import DEFAULT_FORMAT, UnknownFormatError, get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
     from specregen.store.token_samples import TokenFileError, check_tokenizer_matches
 
@@ -85,7 +87,11 @@ def _run(tokens: Path, selection, html: Path | None, limit: int | None, tokenize
         tok = load_tokenizer(tokenizer or (meta.tokenizer if meta is not None else "mini"))
         if meta is not None:
             check_tokenizer_matches(meta, tok, tokens)
-    except (TokenizerError, TokenFileError) as exc:
+        # The parts are laid out by the format the file records (older files: the default).
+        recorded = meta.format.get("name") if meta is not None and isinstance(
+            meta.format, dict) else None
+        markers = get_format(recorded or DEFAULT_FORMAT, tok).markers
+    except (TokenizerError, TokenFileError, FormatError, UnknownFormatError) as exc:
         raise InspectError(str(exc)) from None
 
     rows = list(read_rows(tokens, selection, limit or (500 if html else 1)))
@@ -104,7 +110,7 @@ def _run(tokens: Path, selection, html: Path | None, limit: int | None, tokenize
     elif source is None:
         note = ("the parquet stores no reference ids and no raw log was found; pass "
                 "--reference RAWLOG_FOLDER")
-    views = [build_view(r.sample, tok, evidence=r.evidence, reasons=r.reasons,
+    views = [build_view(r.sample, tok, markers=markers, evidence=r.evidence, reasons=r.reasons,
                         reference_ids=refs.get(r.sample.sample_id), reference_note=note)
              for r in rows]
     if html is not None:

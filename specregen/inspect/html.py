@@ -12,10 +12,19 @@ import html
 import json
 from typing import Any
 
-from specregen.inspect.view import PART_LABELS, PARTS, SampleView, sample_summary, token_text
+from specregen.inspect.view import (
+    PART_LABELS,
+    PARTS,
+    SampleView,
+    conversation_line,
+    prompt_runs,
+    sample_summary,
+    token_text,
+)
 from specregen.models.tokenizer import Tokenizer
 
 _PART_INDEX = {p: i for i, p in enumerate(PARTS)}
+PROMPT_TAIL = 64
 
 
 def page_data(views: list[SampleView], tok: Tokenizer, *, title: str, source: str
@@ -34,8 +43,12 @@ def page_data(views: list[SampleView], tok: Tokenizer, *, title: str, source: st
                     vocab[tid] = [token_text(tok, tid), tok.added_name(tid)]
             diff = {"first": view.diff.first, "note": view.diff.note,
                     "ours": view.diff.ours, "reference": view.diff.reference}
+        facts = sample_summary(view)
         samples.append({
-            "facts": sample_summary(view),
+            "facts": facts,
+            "conversation": conversation_line(facts),
+            # The prompt's last 64 tokens and its loss-mask-1 runs shown, the rest on a click.
+            "prompt_runs": [list(r) for r in prompt_runs(view, PROMPT_TAIL)],
             "ids": ids,
             "mask": "".join(str(t.mask) for t in view.tokens),
             "part": "".join(str(_PART_INDEX[t.part]) for t in view.tokens),
@@ -201,6 +214,9 @@ function facts(s) {
     ["vs usage", f.usage_prompt_delta === null && f.usage_completion_delta === null ?
       "no usage" : "prompt " + f.usage_prompt_delta + ", completion " +
       f.usage_completion_delta]];
+  if (s.conversation) rows.splice(1, 0, ["conversation", s.conversation],
+    ["earlier answers", f.prompt_generated + " prompt tokens the model generated earlier " +
+      "in this user turn (loss mask 1)"]);
   if (f.error) rows.push(["error", f.error]);
   (f.quarantine_reasons || []).forEach(r => rows.push(["quarantined", r]));
   rows.forEach(([k, v]) => {
@@ -281,13 +297,18 @@ function show(k) {
     pane.appendChild(el("h3", "", g.key + " \u00b7 " + (g.end - g.start) +
       " tokens \u00b7 loss mask " + masks));
     const box = el("div", "toks");
-    if (g.key === "prompt" && g.end - g.start > 64) {
-      const more = el("span", "more", "\u2026 " + (g.end - g.start - 64) +
-        " earlier prompt tokens (click) ");
-      more.onclick = () => { box.replaceChildren(); renderTokens(box, s, g.start, g.end,
-        diffAt, 0); };
-      box.appendChild(more);
-      renderTokens(box, s, g.end - 64, g.end, diffAt, 0);
+    if (g.key === "prompt") {
+      s.prompt_runs.forEach(([a, b, shown]) => {
+        const run = el("span");
+        if (shown) renderTokens(run, s, a, b, diffAt, 0);
+        else {
+          const more = el("span", "more", "\u2026 " + (b - a) +
+            " prompt tokens, loss mask 0 (click) ");
+          more.onclick = () => { run.replaceChildren(); renderTokens(run, s, a, b, diffAt, 0); };
+          run.appendChild(more);
+        }
+        box.appendChild(run);
+      });
     } else {
       renderTokens(box, s, g.start, g.end, diffAt, 2000);
     }

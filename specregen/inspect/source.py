@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specregen.errors import UsageError
 from specregen.records import TokenSample
 from specregen.store.token_samples import SCHEMA, from_row
 
@@ -28,7 +29,7 @@ _SAMPLE_ID = re.compile(rb'"sample_id":\s*"((?:[^"\\]|\\.)*)"')
 REFERENCE_COLUMN = "reference_completion_ids"
 
 
-class InspectError(Exception):
+class InspectError(UsageError):
     """An input the inspector cannot use; the message names the file and the reason."""
 
 
@@ -108,15 +109,6 @@ def token_meta(path: Path) -> Any:
         return read_token_meta(path)
     except (TokenFileError, pa.ArrowException, OSError) as exc:
         raise InspectError(str(exc)) from None
-
-
-def recorded_tokenizer(path: Path) -> str | None:
-    """How to load the tokenizer the file was built with, or None when it does not say."""
-    try:
-        meta = token_meta(path)
-    except InspectError:
-        return None
-    return meta.tokenizer if meta is not None else None
 
 
 # --- the server's own ids ---------------------------------------------------------------------

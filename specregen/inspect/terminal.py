@@ -16,6 +16,8 @@ from specregen.inspect.view import (
     SampleView,
     TokenView,
     arguments_pretty,
+    conversation_line,
+    prompt_runs,
     sample_summary,
     token_text,
 )
@@ -37,12 +39,14 @@ def visible(text: str) -> str:
 
 
 def token_spans(tokens: list[TokenView], *, mark: set[int] | None = None,
-                literal: set[int] | None = None) -> Text:
+                literal: set[int] | None = None,
+                breaks: frozenset[str] = frozenset()) -> Text:
+    """The tokens as styled text; a line ends after each special token named in `breaks`."""
     out = Text()
     for n, t in enumerate(tokens):
         if t.special is not None:
             out.append(t.special, style=SPECIAL_STYLE)
-            if t.special in ("<|im_end|>", "<|tool_calls_section_end|>"):
+            if t.special in breaks:
                 out.append("\n")
             continue
         style = MASK_STYLES.get(t.mask, MASK_STYLES[0])[n % 2]
@@ -82,6 +86,11 @@ def header(view: SampleView) -> Panel:
     grid.add_column()
     status = facts["status"]
     grid.add_row("status", Text(status, style=STATUS_STYLES.get(status, "")))
+    conversation = conversation_line(facts)
+    if conversation is not None:
+        grid.add_row("conversation", conversation)
+        grid.add_row("earlier answers", f"{facts['prompt_generated']:,} prompt tokens the model "
+                     "generated earlier in this user turn (loss mask 1)")
     grid.add_row("flags", Text(", ".join(facts["flags"]) or "none",
                                style="yellow" if facts["flags"] else "dim"))
     grid.add_row("evidence", str(facts["evidence"] or "not recorded"))
@@ -137,17 +146,23 @@ def render_sample(
         items.append(Rule(f"{label} · {len(tokens):,} tokens · loss mask "
                           f"{'/'.join(map(str, masks))}", align="left", style="cyan"))
         if key == "prompt":
-            shown = tokens if prompt_tokens <= 0 else tokens[-prompt_tokens:]
-            if len(shown) < len(tokens):
-                items.append(Text(f"… {len(tokens) - len(shown):,} earlier prompt tokens "
-                                  "(--full shows them)", style="dim italic"))
-            items.append(token_spans(shown, mark=mark))
+            # The last tokens and every loss-mask-1 run (earlier answers of the turn) shown;
+            # the mask-0 stretches between them elided.
+            for start, end, shown in prompt_runs(view, prompt_tokens):
+                if shown:
+                    items.append(token_spans(tokens[start:end], mark=mark,
+                                             breaks=view.line_breaks))
+                else:
+                    items.append(Text(f"… {end - start:,} prompt tokens, loss mask 0 "
+                                      "(--full shows them)", style="dim italic"))
             continue
         head, tail, hidden = _elide(tokens, part_tokens)
-        items.append(token_spans(head, mark=mark, literal=view.literal))
+        items.append(token_spans(head, mark=mark, literal=view.literal,
+                                 breaks=view.line_breaks))
         if hidden:
             items.append(Text(f"… {hidden:,} tokens …", style="dim italic"))
-            items.append(token_spans(tail, mark=mark, literal=view.literal))
+            items.append(token_spans(tail, mark=mark, literal=view.literal,
+                                     breaks=view.line_breaks))
     items.extend(_tool_calls(view))
     items.extend(_reference(view, tok))
     return Group(*items)

@@ -2,8 +2,9 @@
 marker token, its loss-mask value and the part of the answer it belongs to; and, when the server's
 own ids are known, where ours first differ from them.
 
-Parts follow the completion layout `R </think> C [section] <|im_end|>` (README, Reconstruction):
-the marker tokens themselves are looked up by name in the tokenizer, never by number.
+Parts follow the completion layout `reasoning [reasoning end] content [tool calls] end` of the
+sample's chat format (`ChatFormat.markers` names its structural tokens by role): the marker tokens
+themselves are looked up by name in the tokenizer, never by number, and no family is named here.
 """
 
 from __future__ import annotations
@@ -13,25 +14,14 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Any
 
-from specregen.models.kimi_k25 import (
-    ARG_BEGIN,
-    CALL_BEGIN,
-    CALL_END,
-    IM_END,
-    SECTION_BEGIN,
-    SECTION_END,
-    THINK,
-    THINK_END,
-    TOOL_MARKERS,
-)
+from specregen.models.chat_format import CompletionMarkers
 from specregen.models.tokenizer import Tokenizer
 from specregen.records import TokenSample
 
-# The parts a token can belong to, in the order they appear.
+# The parts a token can belong to, in the order they appear. A format whose calls have no
+# separate id (`CompletionMarkers.arguments_begin` None) puts a call's whole body in
+# `tool_arguments`.
 PARTS = ("prompt", "reasoning", "content", "tool_markers", "tool_id", "tool_arguments", "end")
-# Marker and think-tag strings that, written as text by the model, raise `markers_in_text` /
-# `think_tag_in_text`: the inspector points at them.
-LITERALS = (*TOOL_MARKERS, THINK, THINK_END)
 PART_LABELS = {
     "prompt": "prompt",
     "reasoning": "reasoning",
@@ -48,7 +38,7 @@ class TokenView:
     index: int  # position in input_ids
     id: int
     text: str  # the token's bytes as text; bytes that are not whole UTF-8 shown as \xNN
-    special: str | None  # the added token's name, e.g. "<|im_end|>"
+    special: str | None  # the added token's name
     mask: int
     part: str  # one of PARTS
     call: int | None = None  # which tool call (0-based) inside the tool section
@@ -78,6 +68,8 @@ class SampleView:
     reference_note: str = ""  # why there is no diff, when there is none
     # Positions of completion text tokens that spell a marker or think tag as plain text.
     literal: set[int] = field(default_factory=set)
+    # Special tokens a viewer ends the line after (the stop token, a closed call section).
+    line_breaks: frozenset[str] = frozenset()
 
     @property
     def completion(self) -> list[TokenView]:
@@ -92,16 +84,20 @@ def build_view(
     sample: TokenSample,
     tok: Tokenizer,
     *,
+    markers: CompletionMarkers,
     evidence: str | None = None,
     reasons: list[str] | None = None,
     reference_ids: list[int] | None = None,
     reference_note: str = "",
 ) -> SampleView:
-    """The tokens of one sample with names, mask values and parts; the reference diff."""
-    special_ids = {name: tok.added_tokens.get(name) for name in
-                   (THINK_END, SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END,
-                    IM_END)}
-    by_id = {v: k for k, v in special_ids.items() if v is not None}
+    """The tokens of one sample with names, mask values and parts (laid out by the sample's
+    format's `markers`); the reference diff."""
+    m = markers
+    by_id = {tok.added_tokens[name]: name for name in m.names() if name in tok.added_tokens}
+    # A format without a section: its first call's opener starts the calls, and a call's
+    # body runs to its closer (no id part).
+    sectionless = m.calls_end is None
+    body_part = "tool_id" if m.arguments_begin is not None else "tool_arguments"
     views: list[TokenView] = []
     cache: dict[int, str] = {}
     part = "reasoning" if sample.thinking else "content"
@@ -118,37 +114,40 @@ def build_view(
             continue
         marker = by_id.get(token_id)
         in_section = part in ("tool_markers", "tool_id", "tool_arguments")
-        this_part = part  # `</think>` closes the reasoning and is shown as its last token
-        if marker == THINK_END and part == "reasoning":
+        this_part = part  # the reasoning end is shown as the reasoning's last token
+        if marker == m.reasoning_end and part == "reasoning":
             part = "content"
-        elif marker == SECTION_BEGIN:
+        elif marker == m.calls_begin and not (sectionless and in_section):
             this_part = part = "tool_markers"
-        elif marker == CALL_BEGIN and in_section:
+            if sectionless:  # the opener is also the first call's own
+                call, in_call, part = 0, True, body_part
+        elif marker == m.call_begin and in_section:
             call = 0 if call is None else call + 1
             in_call = True
-            this_part, part = "tool_markers", "tool_id"
-        elif marker == ARG_BEGIN and in_call:
+            this_part, part = "tool_markers", body_part
+        elif marker is not None and marker == m.arguments_begin and in_call:
             this_part, part = "tool_markers", "tool_arguments"
-        elif marker in (CALL_END, SECTION_END) and in_section:
+        elif marker is not None and marker in (m.call_end, m.calls_end) and in_section:
             this_part = part = "tool_markers"
-        elif marker == IM_END:
+        elif marker == m.end:
             this_part = part = "end"
         views.append(TokenView(index, token_id, text, name, mask, this_part,
                                call if in_call else None))
-        if marker == CALL_END:
+        if marker == m.call_end:
             in_call = False
     diff = None
     if reference_ids is not None and sample.status != "error":
         diff = compare_reference(sample.input_ids[sample.prompt_len :], reference_ids,
-                                 special_ids.get(IM_END))
+                                 tok.added_tokens.get(m.end), end_name=m.end)
     if evidence is None:
         evidence = getattr(sample, "evidence", None)  # a column of newer files
     return SampleView(sample=sample, tokens=views, evidence=evidence, reasons=list(reasons or []),
                       diff=diff, reference_note=reference_note,
-                      literal=literal_tokens(views[sample.prompt_len :]))
+                      literal=literal_tokens(views[sample.prompt_len :], m.literals),
+                      line_breaks=frozenset(n for n in (m.end, m.calls_end) if n))
 
 
-def literal_tokens(tokens: list[TokenView]) -> set[int]:
+def literal_tokens(tokens: list[TokenView], literals: tuple[str, ...]) -> set[int]:
     """Text tokens that together spell a marker or think tag (never across a special token)."""
     text: list[str] = []
     starts: list[int] = []  # offset in the joined text of each text token
@@ -163,7 +162,7 @@ def literal_tokens(tokens: list[TokenView]) -> set[int]:
         offset += len(piece)
     joined = "".join(text)
     marked: set[int] = set()
-    for literal in LITERALS:
+    for literal in literals:
         at = joined.find(literal)
         while at >= 0:
             first = bisect_right(starts, at) - 1
@@ -173,25 +172,23 @@ def literal_tokens(tokens: list[TokenView]) -> set[int]:
     return marked
 
 
-def compare_reference(ours: list[int], reference: list[int], im_end: int | None) -> ReferenceDiff:
-    """Where our completion ids first differ from the server's; a missing final `<|im_end|>`
-    on either side is how servers differ in what they return, not a difference."""
+def compare_reference(ours: list[int], reference: list[int], im_end: int | None,
+                      end_name: str = "stop token") -> ReferenceDiff:
+    """Where our completion ids first differ from the server's; a missing final stop token
+    (`im_end`, named `end_name`) on either side is how servers differ in what they return,
+    not a difference."""
     note = ""
     a, b = list(ours), list(reference)
     if im_end is not None and a[-1:] == [im_end] and b[-1:] != [im_end]:
         a = a[:-1]
-        note = "the server's ids omit the final <|im_end|>"
+        note = f"the server's ids omit the final {end_name}"
     elif im_end is not None and b[-1:] == [im_end] and a[-1:] != [im_end]:
         b = b[:-1]
-        note = "our ids end without <|im_end|> (truncated); the server's include it"
+        note = f"our ids end without {end_name} (truncated); the server's include it"
     first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
     if first is None and len(a) != len(b):
         first = min(len(a), len(b))
     return ReferenceDiff(ours=list(ours), reference=list(reference), first=first, note=note)
-
-
-def tool_calls_of(sample: TokenSample) -> list[dict[str, Any]]:
-    return [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in sample.tool_calls]
 
 
 def sample_summary(view: SampleView) -> dict[str, Any]:
@@ -211,11 +208,58 @@ def sample_summary(view: SampleView) -> dict[str, Any]:
         "usage_completion_delta": s.usage_completion_delta,
         "tool_calls": len(s.tool_calls),
     }
+    if s.conversation_id is not None:
+        # One user turn of a whole conversation: the earlier answers of its tool loop sit in
+        # the prompt with loss mask 1 (the model generated them).
+        facts["conversation_id"] = s.conversation_id
+        facts["user_turn"] = s.user_turn
+        facts["stop_reason"] = s.stop_reason
+        facts["prompt_generated"] = sum(s.loss_mask[: s.prompt_len])
     if s.error:
         facts["error"] = s.error
     if view.reasons:
         facts["quarantine_reasons"] = list(view.reasons)
     return facts
+
+
+def conversation_line(facts: dict[str, Any]) -> str | None:
+    """The header line of a conversation's sample (None for a single-turn sample)."""
+    if "conversation_id" not in facts:
+        return None
+    return (f"{facts['conversation_id']} · user turn {facts['user_turn']} · the conversation "
+            f"stopped: {facts['stop_reason'] or 'not yet (a request without a final answer)'}")
+
+
+def prompt_runs(view: SampleView, tail: int, context: int = 8,
+                min_gap: int = 16) -> list[tuple[int, int, bool]]:
+    """The prompt cut into (start, end, shown) runs covering positions 0..prompt_len: its last
+    `tail` tokens (0: all) and every loss-mask-1 run (a conversation's earlier answers of the
+    turn, with `context` tokens before each, their role header) are shown; only the mask-0
+    stretches between them of at least `min_gap` tokens are elided (a shorter one, e.g. a
+    tool result between two answers, costs less to show than to announce)."""
+    n = view.sample.prompt_len
+    if tail <= 0 or n <= tail:
+        return [(0, n, True)] if n else []
+    keep = [False] * n
+    for i in range(n - tail, n):
+        keep[i] = True
+    for t in view.tokens[:n]:
+        if t.mask:
+            for i in range(max(0, t.index - context), t.index + 1):
+                keep[i] = True
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or keep[i] != keep[start]:
+            if not keep[start] and i - start < min_gap:
+                keep[start:i] = [True] * (i - start)
+            start = i
+    runs: list[tuple[int, int, bool]] = []
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or keep[i] != keep[start]:
+            runs.append((start, i, keep[start]))
+            start = i
+    return runs
 
 
 def arguments_pretty(arguments: str) -> str:

@@ -105,6 +105,11 @@ class ChatFormat(Protocol):
         """The prompt ids as servers may render it, the most common first."""
         ...
 
+    def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
+        """The model's answer as the assistant message a later request of the conversation
+        sends: content, `reasoning_content` when thinking, `tool_calls` with the model's ids."""
+        ...
+
 
     # -- export -------------------------------------------------------------------------
 
@@ -147,6 +152,27 @@ class ChatFormat(Protocol):
         """The first of the format's marker strings written as text in `text`, if any."""
         ...
 
+    # -- viewers (inspector, report) ------------------------------------------------------
+    # `markers`: the special tokens that lay a completion out, by role.
+
+    markers: CompletionMarkers
+
+
+def assistant_history_message(content: str | None, reasoning: str | None,
+                              calls: Sequence[ToolCall], *, thinking: bool) -> dict[str, Any]:
+    """An assistant message in OpenAI shape from an answer's parts (the formats' common part of
+    `history_message`): arguments stay the strings the model wrote."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or ""}
+    if thinking and reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.name, "arguments": call.arguments}}
+            for call in calls
+        ]
+    return message
+
 
 def pick_prompt(variants: list[list[int]], reported: int | None) -> tuple[list[int], list[str]]:
     """The prompt variant `usage.prompt_tokens` singles out, else the first (flagged)."""
@@ -159,10 +185,23 @@ def pick_prompt(variants: list[list[int]], reported: int | None) -> tuple[list[i
     return variants[0], ["prompt_uncertain"]
 
 
-def package_files(package_dir: Path, *extra: Path) -> tuple[Path, ...]:
-    """Every source and template file of a format package, in a stable order."""
+def streams_calls_as_parsed(fmt: ChatFormat) -> bool:
+    """Whether each server the format documents streams a tool call as its parser reads it
+    (the name, then the arguments in pieces) and sends content written before the first call
+    ahead of it: the format's optional class attribute `calls_streamed_as_parsed` (absent =
+    False). Then the client's record of the stream's order (`Completion.content_at_calls`)
+    places the content without a probe. A format whose providers a probe tells apart leaves
+    it out: the probe's traits say it per provider."""
+    return getattr(fmt, "calls_streamed_as_parsed", False) is True
+
+
+def package_files(package_dir: Path, *extra: Path,
+                  exclude: frozenset[str] = frozenset()) -> tuple[Path, ...]:
+    """Every source and template file of a format package, in a stable order; `exclude` names
+    modules that do not decide the ids (the emulator's served side), so
+    editing them does not rerun reconstruction."""
     files = sorted(p for p in package_dir.rglob("*") if p.suffix in (".py", ".jinja")
-                   and "__pycache__" not in p.parts)
+                   and "__pycache__" not in p.parts and p.name not in exclude)
     return (*files, *extra)
 
 
@@ -193,3 +232,122 @@ def whole_calls(n_calls: int, closing_markers: int, truncated: bool) -> int:
     if truncated and n_calls and closing_markers < n_calls:
         return n_calls - 1
     return n_calls
+
+
+@dataclass(frozen=True)
+class CompletionMarkers:
+    """The special tokens that lay a completion out, by role, as token names (viewers look
+    them up in the tokenizer): the inspector and the report name a completion's parts with
+    them and never need a family's constants.
+
+    A completion is `reasoning [reasoning_end] content [calls] end`. `calls_begin` is the
+    first token of the tool calls (a section opener, or the first call's own opener when
+    the format has no section); `arguments_begin` separates a call's id from its arguments
+    (None: a call's whole body is its arguments); `calls_end` closes a section (None: no
+    section). `literals` are the marker strings that, written by the model as plain text,
+    make reconstruction raise a flag (the inspector points at them).
+    """
+
+    reasoning_end: str
+    calls_begin: str
+    call_begin: str
+    call_end: str
+    end: str
+    arguments_begin: str | None = None
+    calls_end: str | None = None
+    literals: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Every structural token name, each once."""
+        found = (self.reasoning_end, self.calls_begin, self.call_begin, self.arguments_begin,
+                 self.call_end, self.calls_end, self.end)
+        return tuple(dict.fromkeys(n for n in found if n))
+
+
+@dataclass(frozen=True)
+class RawCalls:
+    """Tool calls found as raw marker text in a returned text field (the probe's view).
+
+    `start`: where the calls begin in the text; `calls`: what parsed (trimmed, as a client
+    parser reads them); `parsed`: whether the marker text parses as the format's calls.
+    """
+
+    start: int
+    calls: list[ToolCall]
+    parsed: bool
+
+
+@runtime_checkable
+class ProbeRules(Protocol):
+    """What the endpoint probe needs to know about a format whose reconstruction reads the
+    provider's parser traits (`specregen.probe`); the probe itself names no family.
+
+    `id_form`: the label of the call-id form the model writes (stored in profiles);
+    `placeholder`: text a known parser deletes from content beside calls (None: none);
+    `reasoning_end`: the marker text closing the reasoning; `thinking_switch`: the
+    `chat_template_kwargs` key; `uncountable_flags`: `assemble_as_returned` flags that say the
+    returned fields are not what the model wrote (no base for counting tokens).
+    """
+
+    id_form: str
+    placeholder: str | None
+    reasoning_end: str
+    thinking_switch: str
+    uncountable_flags: frozenset[str]
+
+    def raw_calls(self, text: str | None, *, truncated: bool) -> RawCalls | None:
+        """Calls left as marker text in `text`; None when `text` holds no marker text."""
+        ...
+
+    def looks_stripped(self, content: str | None) -> bool:
+        """Content that reads like a call whose markers a provider deleted."""
+        ...
+
+    def id_is_canonical(self, call_id: str | None, name: str, index: int) -> bool:
+        """Whether `call_id` has the form the model writes (`id_form`)."""
+        ...
+
+    def id_index(self, call_id: str | None) -> int | None:
+        """The running index an id carries, if the form has one."""
+        ...
+
+    def written_calls(self, text: str) -> list[tuple[str, str]]:
+        """(id, arguments) of each call in the model's own text (decoded ids), untrimmed."""
+        ...
+
+    def calls_start(self, text: str) -> int | None:
+        """Where the model's own text (decoded ids) opens its tool calls; None if it does not."""
+        ...
+
+    def history_tool_calls(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Tool calls the request's conversation already holds."""
+        ...
+
+    def assemble_as_returned(self, fmt: ChatFormat, completion: Completion, *, thinking: bool,
+                             truncated: bool, history: int) -> AssembledLike:
+        """The returned fields assembled exactly as returned (no reading, no repair)."""
+        ...
+
+
+# -- the served side (the emulator's formats) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServedCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServedMessage:
+    """The assistant message a provider returns, before it becomes JSON (what a format's served
+    side hands the emulator's profiles)."""
+
+    reasoning: str | None
+    content: str | None
+    tool_calls: tuple[ServedCall, ...]
+    finish_reason: str
+    # Streams: per call, the characters of `content` sent before its first delta (the upstream
+    # stream parsers send text between and after calls after them); None: all before.
+    content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specregen.errors import UsageError
-from specregen.models.chat_format import ChatFormat
+from specregen.models.chat_format import ChatFormat, ProbeRules
 from specregen.models.tokenizer import Tokenizer
 
 
@@ -28,15 +28,23 @@ class FormatEntry:
     package: str  # module exposing make_format(tokenizer, **options)
     models: re.Pattern[str]  # model ids (any provider prefix) this format serves
     aliases: tuple[str, ...] = ()
+    # The bundled test tokenizer with the family's added tokens (a `load_tokenizer` alias).
+    bundled_tokenizer: str | None = None
+    # The environment variable naming the family's real tokenizer folder, if it has one.
+    tokenizer_env: str | None = None
 
 
 FORMATS: tuple[FormatEntry, ...] = (
     FormatEntry("kimi-k2.5", "specregen.models.kimi_k25",
-                re.compile(r"(?:^|/)kimi-k2\.?5", re.IGNORECASE), aliases=("kimi-k25",)),
+                re.compile(r"(?:^|/)kimi-k2\.?5", re.IGNORECASE), aliases=("kimi-k25",),
+                bundled_tokenizer="mini", tokenizer_env="KIMI_TOKENIZER_DIR"),
     FormatEntry("qwen3", "specregen.models.qwen3",
-                re.compile(r"(?:^|/)qwen3(?![\w.]*-?vl)", re.IGNORECASE)),
+                re.compile(r"(?:^|/)qwen3(?![\w.]*-?vl)", re.IGNORECASE),
+                bundled_tokenizer="mini-qwen3"),
 )
 DEFAULT_FORMAT = "kimi-k2.5"
+# The model id a tool serves or asks for when none is given (the emulator's default model).
+DEFAULT_MODEL = "moonshotai/kimi-k2.5"
 
 
 def format_names() -> list[str]:
@@ -66,9 +74,15 @@ def get_format(name: str, tokenizer: Tokenizer, **options: Any) -> ChatFormat:
 
 def get_server(name: str, tokenizer: Tokenizer) -> Any | None:
     """The format's served side for the emulator (prompt as the server renders it, the model's
-    ids, the server's parsers), or None when the format brings none (the emulator's own K2.5
-    path serves Kimi)."""
-    module = importlib.import_module(_entry(name).package)
+    ids, the server's parsers): `make_server` of the package's `served` module (imported only
+    here, so loading a format never loads its emulation), or None when the format has none."""
+    package = _entry(name).package
+    try:
+        module = importlib.import_module(package + ".served")
+    except ModuleNotFoundError as exc:
+        if exc.name != package + ".served":
+            raise
+        return None
     make = getattr(module, "make_server", None)
     return None if make is None else make(tokenizer)
 
@@ -90,6 +104,26 @@ def reads_provider_traits(name: str) -> bool:
     not (the default) needs no probe."""
     module = importlib.import_module(_entry(name).package)
     return bool(getattr(module, "READS_PROVIDER_TRAITS", False))
+
+
+def bundled_tokenizer(name: str) -> str | None:
+    """The `load_tokenizer` alias of format `name`'s bundled test tokenizer (its real added
+    tokens over a small vocabulary), or None when the format bundles none."""
+    return _entry(name).bundled_tokenizer
+
+
+def tokenizer_env(name: str) -> str | None:
+    """The environment variable that names format `name`'s tokenizer folder (a default for
+    commands that count tokens), or None."""
+    return _entry(name).tokenizer_env
+
+
+def probe_rules(name: str) -> ProbeRules | None:
+    """What the endpoint probe needs to know about format `name` (its package's
+    `make_probe_rules`), or None when the format has no probe (it reads no provider traits)."""
+    module = importlib.import_module(_entry(name).package)
+    make = getattr(module, "make_probe_rules", None)
+    return None if make is None else make()
 
 
 def format_for_model(model_id: str) -> str:

@@ -41,6 +41,9 @@ KIMI_NUM_RESERVED_SPECIAL_TOKENS = 256
 # change the ids of pathological strings, so a faithful encoder cuts at the same places.
 _KIMI_MAX_ENCODE_CHARS = 400_000
 _KIMI_MAX_RUN_CHARS = 25_000
+# Segments between special tokens up to this length have their ids kept per tokenizer.
+_SHORT_SEGMENT_CHARS = 32
+_SHORT_SEGMENTS_KEPT = 4096
 _LONG_RUN = re.compile(rf"\s{{{_KIMI_MAX_RUN_CHARS + 1},}}|\S{{{_KIMI_MAX_RUN_CHARS + 1},}}")
 
 TOKENIZER_FILES = (
@@ -167,6 +170,20 @@ def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
     )
 
     find_special = special_finder(added)
+    # Short text between special tokens repeats in every prompt (role names such as `user`
+    # between `<|im_user|>` and `<|im_middle|>`): the same text always gives the same ids, so
+    # they are kept (bounded) instead of being handed to the BPE each time.
+    short_ids: dict[str, list[int]] = {}
+
+    def encode_segment(segment: str) -> list[int]:
+        if len(segment) > _SHORT_SEGMENT_CHARS:
+            return enc.encode_ordinary(segment)
+        ids = short_ids.get(segment)
+        if ids is None:
+            ids = enc.encode_ordinary(segment)
+            if len(short_ids) < _SHORT_SEGMENTS_KEPT:
+                short_ids[segment] = ids
+        return ids
 
     def encode_with_specials(text: str) -> list[int]:
         # Same ids as tiktoken's encode(allowed_special="all"), without its slow special regex.
@@ -180,14 +197,16 @@ def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
                     start = m.start() + 1  # a look-alike; a real token may begin inside it
                     continue
                 if m.start() > pos:
-                    ids.extend(enc.encode_ordinary(piece[pos : m.start()]))
+                    ids.extend(encode_segment(piece[pos : m.start()]))
                 ids.append(token_id)
                 pos = start = m.end()
             if pos < len(piece):
-                ids.extend(enc.encode_ordinary(piece[pos:]))
+                ids.extend(encode_segment(piece[pos:]))
         return ids
 
     def encode_ordinary(text: str) -> list[int]:
+        if not text:
+            return []  # an absent field (content of a tool-call answer): no call into the BPE
         if is_whole_piece(text):
             return enc.encode_ordinary(text)
         ids: list[int] = []

@@ -16,7 +16,11 @@ from specregen.pipeline.reconstruction import run_format
 from specregen.progress import Progress
 from specregen.records import TokenSample
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
-from specregen.store.token_samples import read_token_samples, token_samples_bytes
+from specregen.store.token_samples import (
+    read_token_samples,
+    token_file_meta,
+    token_samples_bytes,
+)
 
 STAGE = "gate"
 
@@ -34,13 +38,16 @@ def gate_dataset(
     shards: list[Shard] = []
     accepted: list[TokenSample] = []
     quarantined: list[tuple[TokenSample, list[str]]] = []
+    # Gate shards record the tokenizer and format like the reconstruct shards they come from,
+    # so every later reader (report, inspect, export) decodes them with the right ones.
+    meta = token_file_meta(run_format(run), run.config.tokenizer)
 
     def flush(name: str) -> None:
         for kind, samples, reasons in (
             ("accepted", accepted, None),
             ("quarantined", [s for s, _ in quarantined], [r for _, r in quarantined]),
         ):
-            data = token_samples_bytes(samples, reasons)
+            data = token_samples_bytes(samples, reasons, meta)
             path = f"{kind}/{name}"
             digest = run.store.write_bytes(data, run.name, STAGE, run.gate_fp, kind, name)
             shards.append(Shard(path=path, rows=len(samples), sha256=digest))

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from specregen.client.config import EndpointConfig
 from specregen.client.engine import ProgressSnapshot, run_inference
 from specregen.client.limits import RequestLimiter
 from specregen.client.secrets import ApiKey
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.prompts import read_chunk
-from specregen.store.rawlog import RawLog
+from specregen.store.rawlog import RawLog, commit_rolls
 
 STAGE = "infer"
 
@@ -51,7 +52,7 @@ async def infer_chunk(
     if concurrency is not None:
         cfg = cfg.model_copy(update={"concurrency": concurrency})
     prompts = read_chunk(run, chunk)
-    async with RawLog(run.rawlog_url(chunk)) as log:
+    async with RawLog(run.rawlog_url(chunk), **_rolls(run, cfg)) as log:
         if cfg.mode == "batch":
             from specregen.client.batch import run_batch_inference
 
@@ -66,3 +67,16 @@ async def infer_chunk(
     if summary.stopped_reason is None and not result.get("batches_open"):
         run.store.write_json(result, *infer_parts(run, chunk))
     return result
+
+
+def _rolls(run: DatasetRun, cfg: EndpointConfig) -> dict[str, float | int]:
+    """The chunk's raw log commits once its window of answers waits (see commit_rolls): a lost
+    worker's rerun pays again for about two windows at most, not for 10 s of answers."""
+    limit = run.config.shared_limit
+    window, rates = cfg.concurrency, [cfg.requests_per_minute]
+    if limit is not None:
+        window = min(window, limit.in_flight or window)
+        if limit.requests_per_minute:
+            rates.append(limit.requests_per_minute * 60.0 / limit.period_s)
+    known = [r for r in rates if r]
+    return commit_rolls(window, min(known) if known else None, cfg.log_commit_seconds)

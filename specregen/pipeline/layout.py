@@ -19,15 +19,20 @@ CHUNK = "chunk-{:05d}"
 # own files (only that format's: editing another family's code reruns nothing).
 _RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "models/tokenizer.py",
                         "models/chat_format.py", "models/registry.py")
+# Whole-conversation datasets (`turns: all`) are also built by these; single-turn ones are not,
+# so their fingerprints do not move when conversation code changes.
+_CONVERSATION_CODE = ("conversation/plan.py", "conversation/replay.py",
+                      "conversation/samples.py")
 
 
 def chunk_name(index: int) -> str:
     return CHUNK.format(index)
 
 
-def reconstruction_code_fingerprint(format_name: str) -> str:
+def reconstruction_code_fingerprint(format_name: str, *, conversations: bool = False) -> str:
     root = Path(specregen.__file__).parent
-    files = [root / name for name in _RECONSTRUCTION_CODE]
+    names = _RECONSTRUCTION_CODE + (_CONVERSATION_CODE if conversations else ())
+    files = [root / name for name in names]
     files.extend(format_source_files(format_name))
     return files_fingerprint(files)
 
@@ -77,7 +82,9 @@ class DatasetRun:
     def reconstruct_fp(self) -> str:
         return fingerprint("reconstruct", self.prompts_fp, self.endpoint_fp,
                            self.config.format_name,
-                           reconstruction_code_fingerprint(self.config.format_name),
+                           reconstruction_code_fingerprint(
+                               self.config.format_name,
+                               conversations=self.dataset.turns == "all"),
                            tokenizer_fingerprint(self.config.tokenizer),
                            asdict(self.traits) if self.traits is not None else None,
                            asdict(self.dataset.gate_config().tolerance))

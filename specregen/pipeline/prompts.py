@@ -67,7 +67,10 @@ def read_rejects(run: DatasetRun) -> Iterator[SourceReject]:
 
 
 def prompt_to_json(prompt: Prompt) -> str:
-    return json.dumps(asdict(prompt), ensure_ascii=False)
+    row = asdict(prompt)
+    if prompt.turns == "first":
+        del row["turns"]  # the default: first-turn chunks stay byte for byte what they were
+    return json.dumps(row, ensure_ascii=False)
 
 
 def prompt_from_json(line: str) -> Prompt:

@@ -16,6 +16,7 @@ from functools import partial
 
 from specregen.client.request import build_request, request_fingerprint
 from specregen.config import PipelineConfig
+from specregen.errors import PartialFailureError
 from specregen.export.context import LEGACY_FORMAT, context_from_metadata
 from specregen.export.rows import ExportContext, RunMeta
 from specregen.export.runmeta import chunk_run_meta
@@ -46,8 +47,10 @@ STAGE = "published"
 EXPORT_VERSION = 1
 
 
-class GateFailedError(RuntimeError):
-    """The dataset did not pass its gate: nothing of it is published."""
+class GateFailedError(PartialFailureError, RuntimeError):
+    """The dataset did not pass its gate: nothing of it is published (the other datasets of
+    the run go on, hence a partial failure). The message names the dataset and the gate's
+    reasons; the gate folder's report.md lists the quarantined samples."""
 
 
 def export_kinds(config: PipelineConfig) -> list[ExportKind]:

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,7 +208,48 @@ def summarize(
         verdict = GateVerdict.of(gated)
         summary["gate"] = {"verdict": verdict.label, "why": list(verdict.why), **gated.counts}
         summary["gate_report"] = run.store.url_of(run.name, "gate", run.gate_fp, "report.md")
+    conversations = conversation_outcome(run, inferred, gated)
+    if conversations is not None:
+        summary["conversations"] = conversations
+    if any("spent_total_usd" in r for r in inferred):
+        # Batch mode: a chunk's cost_usd is its last pass; spent_total_usd is everything its raw
+        # log was charged (every batch, realtime fallback, earlier runs), with the projection
+        # and the realtime price of the same answers beside it (client/batch.py).
+        def total(name: str) -> float:
+            return round(sum(float(r.get(name) or 0.0) for r in inferred), 6)
+
+        summary["cost_usd"] = total("spent_total_usd")
+        summary["projected_total_usd"] = total("projected_total_usd")
+        summary["realtime_equivalent_usd"] = total("realtime_equivalent_total_usd")
+        summary["savings_usd"] = total("savings_total_usd")
     if probe is not None:
         summary["probe"] = probe
         summary["cost_usd"] = round(summary["cost_usd"] + probe.get("cost_usd", 0.0), 6)
+        if "projected_total_usd" in summary:
+            summary["projected_total_usd"] = round(
+                summary["projected_total_usd"] + probe.get("cost_usd", 0.0), 6)
     return summary
+
+
+def conversation_outcome(run: DatasetRun, inferred: list[dict[str, Any]],
+                         gated: StageManifest | None) -> dict[str, Any] | None:
+    """How a `turns: all` dataset's conversations ended: how many, by stop reason, and by user
+    turns reached (one sample each). The gate report's, read from its samples, when the gate
+    ran; else what inference recorded (stop reasons only). None for single-turn datasets."""
+    if gated is not None:
+        try:
+            report = json.loads(run.store.read_bytes(run.name, "gate", run.gate_fp,
+                                                     "report.json"))
+        except (StorageError, OSError, ValueError):
+            report = {}
+        conv = report.get("conversations") if isinstance(report, dict) else None
+        if isinstance(conv, dict) and conv.get("conversations"):
+            return {"count": conv["conversations"], "by_stop_reason": conv["by_stop_reason"],
+                    "user_turns": conv["user_turns"], "samples": conv.get("samples", 0)}
+    stops: Counter[str] = Counter()
+    for chunk in inferred:
+        stops.update(chunk.get("conversation_stops") or {})
+    count = sum(int(chunk.get("conversations") or 0) for chunk in inferred)
+    if not count:
+        return None
+    return {"count": count, "by_stop_reason": dict(stops)}

@@ -2,7 +2,7 @@
 
     scenarios = build_scenarios(requests=3)
     profile = probe_endpoint(cfg, key, scenarios, tool_mode="tools",
-                             fmt=get_format("kimi-k2.5", tok))
+                             fmt=get_format(cfg.format_name, tok))
     save_profile(profile, "profile.json")
     require_recoverable_tool_calls(load_profile("profile.json"), "tools")  # or ProbeRefusal
 

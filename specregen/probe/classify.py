@@ -4,11 +4,11 @@ Where calls came back, per response (first rule that applies):
 
 1. `structured`: `message.tool_calls` is not empty.
 2. `raw_content`: tool-call marker text is in `content` (`raw_section_parsed` says whether it
-   parses as a section, see `find_tool_section`).
+   parses as the format's calls, `ProbeRules.raw_calls`).
 3. `raw_reasoning`: marker text is in the reasoning (the model opened the section before
-   closing its thinking; vLLM then puts everything into reasoning, SPEC 3.1).
+   closing its thinking; a parser may then put everything into reasoning).
 4. `stripped`: no calls and no markers, yet `finish_reason` is `tool_calls` or the content reads
-   like a call whose markers were deleted (`looks_stripped`).
+   like a call whose markers were deleted (`ProbeRules.looks_stripped`).
 5. `none`: no call at all.
 
 A response with a call is recoverable when it is `structured` (unless the model's token ids,
@@ -17,32 +17,21 @@ section that parses; `stripped` never is.
 
 A scenario takes the worst case of its responses (stripped > raw_reasoning > raw_content >
 structured), because one unrecoverable answer in a paid run is one lost sample.
+
+What is format knowledge (marker text, the id form, the placeholder a parser deletes, assembling
+the fields as returned) comes from the format's `ProbeRules` (`models.registry.probe_rules`);
+this module names no model family.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.models.kimi_k25 import (
-    ARG_BEGIN,
-    CALL_BEGIN,
-    CALL_END,
-    SECTION_BEGIN,
-    SECTION_END,
-    THINK_END,
-    FormatError,
-    KimiK25,
-    count_history_tool_calls,
-    find_tool_section,
-    has_marker_text,
-    looks_stripped,
-    resolve_tool_id,
-)
+from specregen.models.chat_format import ChatFormat, FormatError, ProbeRules
 from specregen.normalize import ResponseError, normalize_response, thinking_from_request
 from specregen.probe.model import (
     ArgumentsCheck,
@@ -58,23 +47,11 @@ from specregen.probe.model import (
 )
 from specregen.records import Completion, ToolCall
 
-CANONICAL_ID_FORM: IdForm = "functions.NAME:IDX"
 RAW_WHERE = ("raw_content", "raw_reasoning")
 _WHERE_RANK = {"none": 0, "structured": 1, "raw_content": 2, "raw_reasoning": 3, "stripped": 4}
 _ARGS_RANK = {"none": 0, "verbatim": 1, "unknown": 2, "trimmed": 3, "reserialized": 4,
               "changed": 5}
 _WS_RANK = {"none": 0, "kept": 1, "unknown": 2, "lost": 3}
-_ID_INDEX = re.compile(r":(\d+)\s*$")
-# What vLLM's kimi_k2 tool parser deletes from content when the answer has calls (issue 8).
-NO_CONTENT = "(no content)"
-# Flags of the unrepaired assembly that change what is counted, or say the fields are not what
-# the model wrote: such an answer is no base for learning how the provider counts.
-_UNCOUNTABLE_FLAGS = frozenset({"markers_in_text", "tool_calls_in_reasoning",
-                                "think_tag_in_text"})
-_RAW_CALL = re.compile(
-    re.escape(CALL_BEGIN) + "(.*?)" + re.escape(ARG_BEGIN) + "(.*?)" + re.escape(CALL_END),
-    re.DOTALL,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +61,17 @@ class CallsFinding:
     raw_section_parsed: bool | None  # None when no raw section was involved
 
 
-def classify_calls(completion: Completion) -> CallsFinding:
+def classify_calls(completion: Completion, rules: ProbeRules) -> CallsFinding:
     """Where the calls of one normalised response are (see the module docstring)."""
     if completion.tool_calls:
         return CallsFinding("structured", list(completion.tool_calls), None)
     truncated = completion.finish_reason == "length"
     for where, text in (("raw_content", completion.content),
                         ("raw_reasoning", completion.reasoning)):
-        if has_marker_text(text):
-            assert text is not None
-            section = find_tool_section(text, allow_partial=truncated)
-            calls = section.calls if section is not None else []
-            return CallsFinding(where, calls, section is not None)  # type: ignore[arg-type]
-    if completion.finish_reason == "tool_calls" or looks_stripped(completion.content):
+        raw = rules.raw_calls(text, truncated=truncated)
+        if raw is not None:
+            return CallsFinding(where, raw.calls, raw.parsed)  # type: ignore[arg-type]
+    if completion.finish_reason == "tool_calls" or rules.looks_stripped(completion.content):
         return CallsFinding("stripped", [], None)
     return CallsFinding("none", [], None)
 
@@ -108,14 +83,15 @@ def reasoning_field_of(completion: Completion) -> ReasoningField:
     return "none"
 
 
-def id_form_of(calls: Sequence[ToolCall]) -> tuple[IdForm, str | None]:
-    """`functions.NAME:IDX` when every id has that form, else "other", with an example id."""
+def id_form_of(calls: Sequence[ToolCall], rules: ProbeRules) -> tuple[IdForm, str | None]:
+    """The format's id form (`rules.id_form`) when every id has it, else "other", with an
+    example id."""
     if not calls:
         return "none", None
     for k, call in enumerate(calls):
-        if resolve_tool_id(call.id, call.name, k)[1]:
+        if not rules.id_is_canonical(call.id, call.name, k):
             return "other", call.id
-    return CANONICAL_ID_FORM, calls[0].id
+    return rules.id_form, calls[0].id  # type: ignore[return-value]
 
 
 def arguments_json_of(calls: Sequence[ToolCall]) -> ArgumentsJson:
@@ -127,16 +103,6 @@ def arguments_json_of(calls: Sequence[ToolCall]) -> ArgumentsJson:
         except (TypeError, ValueError):
             return "invalid"
     return "valid"
-
-
-def raw_calls_in(text: str) -> list[tuple[str, str]]:
-    """(id, arguments) of each call in the first marker section of `text`, untrimmed."""
-    start = text.find(SECTION_BEGIN)
-    if start == -1:
-        return []
-    end = text.find(SECTION_END, start)
-    section = text[start : end if end != -1 else len(text)]
-    return [(m.group(1), m.group(2)) for m in _RAW_CALL.finditer(section)]
 
 
 def compare_with_raw(
@@ -185,28 +151,32 @@ def observe(
     request: dict[str, Any],
     response: dict[str, Any],
     *,
-    fmt: KimiK25 | None = None,
+    rules: ProbeRules,
+    fmt: ChatFormat | None = None,
     latency_s: float = 0.0,
     http_status: int | None = 200,
 ) -> Observation:
-    """Everything one answered probe request tells (token counts only with a tokenizer)."""
+    """Everything one answered probe request tells (token counts only with a format, which
+    brings the tokenizer)."""
     try:
         completion = normalize_response(response)
     except ResponseError as exc:
         return Observation(index=index, ok=False, http_status=http_status,
                            error=f"invalid_response: {exc}", latency_s=latency_s)
-    finding = classify_calls(completion)
-    id_form, id_example = id_form_of(finding.calls)
-    requested = thinking_from_request(request)
+    finding = classify_calls(completion, rules)
+    id_form, id_example = id_form_of(finding.calls, rules)
+    requested = thinking_from_request(request, rules.thinking_switch)
     messages = request.get("messages") if isinstance(request.get("messages"), list) else []
     obs = Observation(
         index=index,
         ok=True,
         thinking=requested,
-        content_kind=content_kind_of(_before_section(completion.content, finding)),
-        history_tool_calls=count_history_tool_calls(messages),
-        returned_indices=[id_index(c.id) for c in finding.calls],
-        think_end_in_content=bool(completion.content and THINK_END in completion.content
+        content_kind=content_kind_of(_before_calls(completion.content, finding, rules),
+                                     rules.placeholder),
+        history_tool_calls=rules.history_tool_calls(messages),
+        returned_indices=[rules.id_index(c.id) for c in finding.calls],
+        think_end_in_content=bool(completion.content
+                                  and rules.reasoning_end in completion.content
                                   and not completion.reasoning),
         tools_sent=bool(request.get("tools")),
         http_status=http_status,
@@ -228,14 +198,15 @@ def observe(
     reference = _reference_ids(response)
     if reference is not None and fmt is not None:
         written = fmt.tok.decode(reference)
-        obs.written_indices = [id_index(raw_id) for raw_id, _ in raw_calls_in(written)]
-        obs.wrote_placeholder = wrote_placeholder(written)
-        start = written.find(SECTION_BEGIN)
-        if start != -1 and requested is not False:
-            obs.section_in_think = THINK_END not in written[:start]
+        obs.written_indices = [rules.id_index(raw_id)
+                               for raw_id, _ in rules.written_calls(written)]
+        obs.wrote_placeholder = wrote_placeholder(written, rules)
+        start = rules.calls_start(written)
+        if start is not None and requested is not False:
+            obs.section_in_think = rules.reasoning_end not in written[:start]
     if finding.where == "structured":
         if reference is not None and fmt is not None:
-            raw = raw_calls_in(fmt.tok.decode(reference))
+            raw = rules.written_calls(fmt.tok.decode(reference))
             obs.arguments, obs.whitespace = compare_with_raw(finding.calls, raw)
         else:
             # Without the model's own text there is nothing to compare with: key order and
@@ -252,63 +223,58 @@ def observe(
         obs.whitespace = "kept" if parsed else "unknown"
     if fmt is not None:
         _count_tokens(obs, request, response, fmt, reference)
-        _count_raw(obs, request, completion, finding, fmt)
+        _count_raw(obs, completion, finding, fmt, rules)
     return obs
 
 
-def _before_section(content: str | None, finding: CallsFinding) -> str | None:
+def _before_calls(content: str | None, finding: CallsFinding, rules: ProbeRules) -> str | None:
     # Raw markers left in content: the content the model wrote is what precedes them.
     if finding.where != "raw_content" or not content:
         return content
-    section = find_tool_section(content, allow_partial=True)
-    return content[: section.start] if section is not None else content
+    raw = rules.raw_calls(content, truncated=True)
+    return content[: raw.start] if raw is not None and raw.parsed else content
 
 
-def content_kind_of(content: str | None) -> ContentKind:
+def content_kind_of(content: str | None, placeholder: str | None = None) -> ContentKind:
     if content is None:
         return "none"
     if not content.strip():
         return "empty"
-    return "placeholder" if content.strip() == NO_CONTENT else "text"
+    return "placeholder" if placeholder and content.strip() == placeholder else "text"
 
 
-def id_index(tool_id: str | None) -> int | None:
-    """The IDX of an id ending in `:IDX` (`functions.f:3`, `f:3`), else None."""
-    match = _ID_INDEX.search(tool_id or "")
-    return int(match.group(1)) if match else None
-
-
-def wrote_placeholder(text: str) -> bool | None:
-    """From the model's own text: whether it wrote `(no content)` before a tool section; None
-    when it wrote no section (nothing a parser could delete then)."""
-    start = text.find(SECTION_BEGIN)
-    if start == -1:
+def wrote_placeholder(text: str, rules: ProbeRules) -> bool | None:
+    """From the model's own text: whether it wrote the format's placeholder before its tool
+    calls; None when it wrote no calls, or the format knows no placeholder (nothing a parser
+    could delete then)."""
+    start = rules.calls_start(text)
+    if start is None or not rules.placeholder:
         return None
     before = text[:start]
-    cut = before.rfind(THINK_END)
-    return before[cut + len(THINK_END) if cut != -1 else 0 :].strip() == NO_CONTENT
+    end = rules.reasoning_end
+    cut = before.rfind(end)
+    return before[cut + len(end) if cut != -1 else 0 :].strip() == rules.placeholder
 
 
 def _count_raw(
     obs: Observation,
-    request: dict[str, Any],
     completion: Completion,
     finding: CallsFinding,
-    fmt: KimiK25,
+    fmt: ChatFormat,
+    rules: ProbeRules,
 ) -> None:
     """usage minus the returned fields assembled exactly as returned, and whether that answer
     is a clean base for counting. Deliberately not `reconstruct`: the probe must see the
     provider's behaviour, not reconstruction's corrections of it."""
-    obs.placeholder_tokens = len(fmt.tok.encode_ordinary(NO_CONTENT))
+    if rules.placeholder:
+        obs.placeholder_tokens = len(fmt.tok.encode_ordinary(rules.placeholder))
     reported = _count(completion.usage.get("completion_tokens"))
-    thinking = obs.thinking is not False  # the server default is on (SPEC 5)
+    thinking = obs.thinking is not False  # the server default is on
     truncated = completion.finish_reason == "length"
     try:
-        assembled = fmt.assemble(
-            completion.reasoning if thinking else None, completion.content,
-            completion.tool_calls, thinking=thinking, truncated=truncated,
-            first_tool_index=obs.history_tool_calls,
-        )
+        assembled = rules.assemble_as_returned(fmt, completion, thinking=thinking,
+                                               truncated=truncated,
+                                               history=obs.history_tool_calls)
     except (FormatError, KeyError, TypeError, AttributeError):
         return
     if reported is not None:
@@ -320,7 +286,7 @@ def _count_raw(
         and finding.where in ("structured", "raw_content", "none")
         and (finding.where != "raw_content" or bool(finding.raw_section_parsed))
         and reasoned == thinking  # reasoning dropped, unsplit or forced: not the model's shape
-        and not _UNCOUNTABLE_FLAGS.intersection(assembled.flags)
+        and not rules.uncountable_flags.intersection(assembled.flags)
         and not obs.think_end_in_content
         and obs.prompt_offset in (0, None)  # another template or tokenizer: counts say nothing
         and obs.reference_match in (None, "exact")  # non-canonical splits change counts
@@ -353,7 +319,7 @@ def _count_tokens(
     obs: Observation,
     request: dict[str, Any],
     response: dict[str, Any],
-    fmt: KimiK25,
+    fmt: ChatFormat,
     reference: list[int] | None,
 ) -> None:
     from specregen.reconstruct import reconstruct
@@ -414,7 +380,7 @@ def summarize(result: ScenarioResult, observations: Iterable[Observation]) -> Sc
     fields = Counter(o.reasoning_field for o in answered if o.reasoning_field != "none")
     result.reasoning_field = fields.most_common(1)[0][0] if fields else "none"
     other = next((o for o in answered if o.id_form == "other"), None)
-    canonical = next((o for o in answered if o.id_form == CANONICAL_ID_FORM), None)
+    canonical = next((o for o in answered if o.id_form not in ("other", "none", None)), None)
     chosen = other or canonical
     result.id_form = chosen.id_form if chosen else "none"
     result.id_example = chosen.id_example if chosen else None
@@ -438,7 +404,7 @@ def summarize(result: ScenarioResult, observations: Iterable[Observation]) -> Sc
 def mode_scenarios(thinking: bool | None) -> dict[ToolMode, tuple[str, ...]]:
     """The scenarios that speak for each tool mode, given the run's thinking setting."""
     # The thinking scenario that matches the run is more evidence for the `tools` mode; the
-    # server default is thinking on (SPEC 5).
+    # server default is thinking on.
     matching = "thinking_off" if thinking is False else "thinking_on"
     return {"tools": ("tools", matching, "history"), "system_prompt": ("system_prompt", "glaive")}
 

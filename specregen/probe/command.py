@@ -29,7 +29,7 @@ def _csv(value: str | None) -> list[str] | None:
 def probe_command(
     out: Annotated[Path, typer.Option(help="Where to write the provider profile (JSON)")],
     base_url: Annotated[str | None, typer.Option(help="e.g. https://openrouter.ai/api/v1")] = None,
-    model: Annotated[str | None, typer.Option(help="e.g. moonshotai/kimi-k2.5")] = None,
+    model: Annotated[str | None, typer.Option(help="the endpoint's model id")] = None,
     dialect: Annotated[
         str | None, typer.Option(help="openrouter (default), vllm, sglang or moonshot")
     ] = None,
@@ -119,8 +119,8 @@ def probe_command(
 
     if not reads_provider_traits(cfg.format_name):
         raise usage_error(f"the {cfg.format_name} format reads no provider traits: its "
-                          "reconstruction needs no probe (the probe's scenarios and "
-                          "classification are the K2.5 format's)")
+                          "reconstruction needs no probe (a format has a probe when its "
+                          "package brings probe rules)")
 
     key = ApiKey.from_env(cfg.api_key_env)
     if key is None and not is_loopback(cfg.base_url):

@@ -25,7 +25,9 @@ ToolMode = Literal["tools", "system_prompt"]
 TOOL_MODES: tuple[ToolMode, ...] = ("tools", "system_prompt")
 CallsWhere = Literal["structured", "raw_content", "raw_reasoning", "stripped", "none"]
 ReasoningField = Literal["reasoning", "reasoning_content", "reasoning_details", "none"]
-IdForm = Literal["functions.NAME:IDX", "other", "none"]
+# The form of the call ids: the format's own (`ProbeRules.id_form`, e.g. K2.5's
+# "functions.NAME:IDX", as stored in profiles), "other" or "none".
+IdForm = str
 # How the `arguments` strings relate to what the model wrote.
 ArgumentsCheck = Literal["verbatim", "trimmed", "reserialized", "changed", "unknown", "none"]
 ArgumentsJson = Literal["valid", "invalid", "none"]
@@ -77,7 +79,7 @@ class Observation:
     returned_indices: list[int | None] = field(default_factory=list)  # IDX of each returned id
     written_indices: list[int | None] | None = None  # IDX the model wrote (from its token ids)
     wrote_placeholder: bool | None = None  # the model wrote `(no content)` (from its token ids)
-    placeholder_tokens: int | None = None  # what `(no content)` costs in the probe's tokenizer
+    placeholder_tokens: int | None = None  # what the format's placeholder costs in tokens
     think_end_in_content: bool = False  # a literal `</think>` in content: reasoning unsplit
     tools_sent: bool = False  # the request had `tools`: the server's tool parser ran
     # The model opened its tool section before writing `</think>` (from its token ids).

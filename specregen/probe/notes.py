@@ -101,7 +101,7 @@ def profile_notes(
 def _id_notes(scenarios: Sequence[ScenarioResult], notes: list[str]) -> None:
     for s in scenarios:
         if s.id_form == "other":
-            notes.append(f"{s.name}: tool-call ids are not functions.NAME:IDX (e.g."
+            notes.append(f"{s.name}: tool-call ids are not in the form the model writes (e.g."
                          f" {s.id_example!r}); reconstruction rewrites them to the canonical"
                          " form and flags tool_id_rewritten")
 

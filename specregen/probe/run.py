@@ -23,6 +23,7 @@ from specregen.client.secrets import ApiKey, scrub_text
 from specregen.client.transport import AttemptResult, send
 from specregen.errors import EXIT_AUTH, EXIT_USAGE, SpecregenError
 from specregen.models.chat_format import ChatFormat
+from specregen.models.registry import probe_rules
 from specregen.probe.classify import (
     failed_observation,
     observe,
@@ -32,7 +33,7 @@ from specregen.probe.classify import (
 )
 from specregen.probe.model import Observation, ProviderProfile, ScenarioResult, ToolMode
 from specregen.probe.notes import profile_notes
-from specregen.probe.scenarios import Scenario
+from specregen.probe.scenarios import ProbeSetupError, Scenario
 from specregen.probe.traits import infer_findings
 
 # A probe is a quick look: a few retries on 429/5xx, not a paid run's patience.
@@ -90,7 +91,16 @@ async def run_scenarios(
     fmt: ChatFormat | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[ScenarioResult]:
-    """Every request of every scenario concurrently; raises ProbeFatalError on 401/402."""
+    """Every request of every scenario concurrently; raises ProbeFatalError on 401/402.
+
+    The endpoint's format (`cfg.format_name`) must have probe rules (ProbeSetupError if not):
+    they say how its answers are read; `fmt` (the format over a tokenizer) adds token counts.
+    """
+    rules = probe_rules(cfg.format_name)
+    if rules is None:
+        raise ProbeSetupError(
+            f"the {cfg.format_name} format has no endpoint probe: its reconstruction reads no"
+            " provider traits, so there is nothing to probe (leave `probe` off for it)")
     shared = _Shared(stop=asyncio.Event())
     jobs: list[tuple[int, int, EndpointConfig, dict[str, Any]]] = []
     for s_index, scenario in enumerate(scenarios):
@@ -108,7 +118,8 @@ async def run_scenarios(
     for (s_index, p_index, _, body), asked in zip(jobs, results, strict=True):
         result = asked.result
         if result.final_answer and result.response is not None:
-            obs = observe(p_index, body, result.response, fmt=fmt, latency_s=result.latency_s,
+            obs = observe(p_index, body, result.response, rules=rules, fmt=fmt,
+                          latency_s=result.latency_s,
                           http_status=result.http_status)
         else:
             obs = failed_observation(p_index, result.error_class, result.error_message,

@@ -1,40 +1,45 @@
 """What the provider's parsers do, read off the probe's answers: the `ParserFindings`.
 
+The findings are the `ProviderTraits` reconstruction reads (records.py); which upstream parser
+shows which trait is docs/upstream-parsers.md. Format facts (marker text, id form, placeholder)
+were applied when the answers were observed (`classify.observe` with the format's probe rules).
+
 Each finding collects votes from single answers; an answer votes only when it can tell. The
 model's own token ids (a server that returns them) settle a vote exactly; without them, counts
 and the shape of the returned fields do, where only one reading explains them.
 
 * `counts_stop_token`: on answers that are a clean base for counting (`Observation.countable`:
   not truncated, nothing lost or moved that we can see, prompt counted as we count it), usage
-  minus the returned fields assembled with `<|im_end|>` is 0 when the provider counts the stop
+  minus the returned fields assembled with the stop token is 0 when the provider counts the stop
   token and -1 when it does not. Losses only ever add (text the parser deleted, non-canonical
   splits), so the smallest offset decides: 0 -> true, -1 -> false, anything else -> unknown.
-* `deletes_no_content`: returned content exactly `(no content)` beside calls votes false; a
+* `deletes_no_content`: returned content exactly the format's placeholder beside calls votes
+  false; a
   countable answer with calls, empty content and usage exceeding our count by exactly the
   placeholder's tokens (after the stop token rule) votes true; so does the model's own text
   showing it wrote the placeholder the content lacks. (Text moved into the reasoning, as a
   forced reasoning parser does with thinking off, is not countable, so it cannot pass for a
   deletion.)
-* `renumbers_tool_ids`: in the `history` scenario (two earlier calls), K2.5 writes the running
-  count `functions.get_weather:2`. A server that rebuilds ids as `{history + index written}`
-  returns `:4`: returned IDX = 2 x history + i votes true, = history + i votes false; with the
-  model's ids, returned = written + history votes true and returned = written votes false. One
-  true vote wins: a false vote can also come from a renumbering server whose model happened to
-  write a local index, a true vote has no other reading.
+* `renumbers_tool_ids`: in the `history` scenario (two earlier calls), a model whose ids carry
+  the running count writes `functions.get_weather:2`. A server that rebuilds ids as
+  `{history + index written}` returns `:4`: returned IDX = 2 x history + i votes true,
+  = history + i votes false; with the model's ids, returned = written + history votes true and
+  returned = written votes false. One true vote wins: a false vote can also come from a
+  renumbering server whose model happened to write a local index, a true vote has no other
+  reading.
 * `splits_reasoning`: thinking on, reasoning in its own field votes true; no reasoning and a
   literal `</think>` in content (the parser passed the output through, SGLang without forced
   reasoning) votes false. Disagreeing votes leave it unknown.
-* `ends_reasoning_at_tools`: when the model opens its tool section before `</think>` (K2.5
-  does, now and then), a forced reasoning parser (SGLang; vLLM's kimi_k25 streamed) ends the
-  reasoning there and parses the calls; vLLM's kimi_k2 leaves the section in the reasoning.
+* `ends_reasoning_at_tools`: when the model opens its tool section before `</think>` (some
+  models do, now and then), a forced reasoning parser ends the reasoning there and parses the
+  calls; an unforced one leaves the section in the reasoning.
   With `tools` sent and thinking on: calls left as raw markers in the reasoning vote false;
   parsed calls that the model's ids show were opened inside its thinking vote true, and so do
   parsed calls after a reasoning with empty content whose usage is one token short of our
   count (we insert a `</think>` the model never wrote). The model may never do it in a probe:
   then it stays unknown.
-* `forces_reasoning`: thinking off, reasoning text returned votes true (vLLM's kimi_k25 parser
-  treats the output as reasoning whatever the request said); content without reasoning votes
-  false.
+* `forces_reasoning`: thinking off, reasoning text returned votes true (a parser that treats
+  the output as reasoning whatever the request said); content without reasoning votes false.
 """
 
 from __future__ import annotations
@@ -72,7 +77,8 @@ def _stop_token(answered: Iterable[Observation]) -> tuple[bool | None, str]:
     if not offsets:
         return None, "no answer was a clean base for counting (or no tokenizer was given)"
     low = min(offsets)
-    seen = f"usage - our count (with <|im_end|>) on {len(offsets)} clean answers: min {low:+d}"
+    seen = (f"usage - our count (with the stop token) on {len(offsets)} clean answers:"
+            f" min {low:+d}")
     if low == 0:
         return True, seen
     if low == -1:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specregen.conversation.replay import is_context_refusal
 from specregen.models.tokenizer import Tokenizer
 from specregen.report.stats import DatasetStats, ReportError
 
@@ -72,7 +73,8 @@ def sum_inference(summaries: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def rawlog_spend(folder: Path) -> dict[str, Any] | None:
-    """What every attempt in a raw log cost, and its tokens (retries included)."""
+    """What every attempt in a raw log cost, and its tokens (retries included); the records of
+    requests refused by the context check, never sent, are not attempts."""
     files = sorted(folder.rglob("part-*.jsonl"))
     if not files:
         return None
@@ -85,7 +87,9 @@ def rawlog_spend(folder: Path) -> dict[str, Any] | None:
                     record = json.loads(line)
                 except ValueError:
                     continue  # a torn last line
-                if not isinstance(record, dict):
+                if not isinstance(record, dict) or is_context_refusal(record):
+                    # A conversation's request over the context is refused before it is sent
+                    # (its final record stops the conversation with `length`): not a request.
                     continue
                 total["requests_sent"] += 1
                 cost = record.get("cost_usd")

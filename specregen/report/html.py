@@ -63,6 +63,11 @@ def headline_rows(
         ("cost per 1,000 samples", _money(cost / samples * 1000) if cost is not None
          and samples else "not recorded"),
     ]
+    conv = gate.get("conversations")
+    if conv:
+        rows.insert(5, ("conversations regenerated to the end",
+                        f"{conv.get('ended', 0):,} of {conv.get('conversations', 0):,} "
+                        f"({_share(conv.get('ended', 0), conv.get('conversations', 0))})"))
     return [{"what": k, "value": v} for k, v in rows]
 
 
@@ -82,6 +87,7 @@ def render_report(data: ReportData) -> str:
         _quarantine(data),
         _tools(data),
         _trigger(gate.get("trigger_agreement")),
+        _conversations(gate.get("conversations")),
         _spend(data),
         _notes(data),
     ]
@@ -206,6 +212,29 @@ def _trigger(trigger: dict[str, Any] | None) -> str:
     return ('<section><h2>Tool-trigger agreement with the dataset</h2>'
             f'<table class="grid">{body}</table><p class="st">No reference answer: '
             f'{trigger.get("no_reference", 0):,} samples.</p></section>')
+
+
+STOP_COLORS = {"end": "green", "unfinished": "grey"}
+
+
+def _conversations(conv: dict[str, Any] | None) -> str:
+    """Whole conversations: how their regeneration ended, and user turns reached."""
+    if not conv:
+        return ""
+    n = int(conv.get("conversations", 0))
+    reasons = [(str(r), int(k)) for r, k in (conv.get("by_stop_reason") or {}).items()]
+    turns = [(f"{t} user turn{'s' if str(t) != '1' else ''}", int(k))
+             for t, k in (conv.get("user_turns") or {}).items()]
+    note = (f"{conv.get('ended', 0):,} of {n:,} regenerated to the end, "
+            f"{conv.get('stopped', 0):,} stopped early"
+            + (f", {conv['unfinished']:,} unfinished" if conv.get("unfinished") else "")
+            + f"; {conv.get('samples', 0):,} samples (one per user turn reached), "
+            f"{conv.get('accepted', 0):,} accepted; {conv.get('wholly_accepted', 0):,} "
+            "conversations with every sample accepted.")
+    colors = {r: STOP_COLORS.get(r, "amber") for r, _ in reasons}
+    return (_counts_section("Conversations by how they ended", reasons, n, colors=colors,
+                            note=note)
+            + _counts_section("User turns reached per conversation", turns, n))
 
 
 def _spend(data: ReportData) -> str:

@@ -1,8 +1,10 @@
 """The numbers of a dataset report, from the gate's shards (one pass, one shard at a time).
 
-Lengths come from the ids, not the texts: the reasoning is what precedes `</think>` in the
-completion, the content what lies between it and the tool section (or `<|im_end|>`), found with
-numpy over each shard's flattened `input_ids`, so 20,000 samples take a fraction of a second.
+Lengths come from the ids, not the texts: the reasoning is what precedes the format's reasoning
+end in the completion, the content what lies between it and the tool calls (or the stop token),
+found with numpy over each shard's flattened `input_ids`, so 20,000 samples take a fraction of a
+second. The structural tokens are the format's (`ChatFormat.markers`): the one the shard records,
+else the one given, else the default.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from specregen.models.kimi_k25 import IM_END, SECTION_BEGIN, THINK_END
+from specregen.errors import UsageError
+from specregen.models.chat_format import CompletionMarkers
 from specregen.models.tokenizer import Tokenizer
 
 LENGTHS = ("prompt", "reasoning", "content", "tool_section", "completion")
@@ -25,8 +28,8 @@ _COLUMNS = ("sample_id", "input_ids", "prompt_len", "completion_len", "status", 
             "finish_reason", "tool_calls", "thinking")
 
 
-class ReportError(Exception):
-    """A shard the report cannot read; the message names it."""
+class ReportError(UsageError):
+    """A shard or gate folder the report cannot read; the message names it."""
 
 
 @dataclass
@@ -49,13 +52,17 @@ class DatasetStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     has_evidence: bool = False
+    # Layout tokens by format name (each shard names its format; one lookup per name).
+    _markers: dict[str, CompletionMarkers] = field(default_factory=dict, repr=False)
 
     def length_array(self, name: str) -> np.ndarray:
         parts = self.lengths[name]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def add_shard(self, source: Any, kind: str, tok: Tokenizer | None, where: str) -> None:
-        """One parquet shard (path or file-like); `kind` is accepted or quarantined."""
+    def add_shard(self, source: Any, kind: str, tok: Tokenizer | None, where: str,
+                  markers: CompletionMarkers | None = None) -> None:
+        """One parquet shard (path or file-like); `kind` is accepted or quarantined.
+        `markers`: the layout tokens; None reads the format the shard records."""
         try:
             handle = pq.ParquetFile(source)
             names = handle.schema_arrow.names
@@ -81,9 +88,10 @@ class DatasetStats:
         self.lengths["prompt"].append(prompt)
         self.lengths["completion"].append(completion)
         if tok is not None:
+            layout = markers or self._recorded_markers(handle, tok, where)
             thinking = np.asarray(table["thinking"].to_pylist(), dtype=bool)
             reasoning, content, section = split_lengths(
-                table["input_ids"], prompt, thinking, tok)
+                table["input_ids"], prompt, thinking, tok, layout)
             self.lengths["reasoning"].append(reasoning)
             self.lengths["content"].append(content)
             self.lengths["tool_section"].append(section)
@@ -110,13 +118,35 @@ class DatasetStats:
             self.tools.update(str(c.get("name"))[:80] for c in calls if isinstance(c, dict))
 
 
+    def _recorded_markers(self, handle: pq.ParquetFile, tok: Tokenizer,
+                          where: str) -> CompletionMarkers:
+        from specregen.models.registry import DEFAULT_FORMAT, get_format
+        from specregen.store.token_samples import META_KEY
+
+        name = DEFAULT_FORMAT  # files written before they recorded a format
+        raw = (handle.schema_arrow.metadata or {}).get(META_KEY)
+        try:
+            recorded = json.loads(raw).get("format") if raw else None
+        except (ValueError, AttributeError):
+            recorded = None
+        if isinstance(recorded, dict) and isinstance(recorded.get("name"), str):
+            name = recorded["name"]
+        if name not in self._markers:
+            try:
+                self._markers[name] = get_format(name, tok).markers
+            except UsageError as exc:  # unknown format, or a tokenizer without its tokens
+                raise ReportError(f"{where}: {exc}") from None
+        return self._markers[name]
+
+
 def split_lengths(
     input_ids: pa.ChunkedArray, prompt: np.ndarray, thinking: np.ndarray, tok: Tokenizer,
+    markers: CompletionMarkers,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sample: reasoning, content and tool-section token counts of the completion."""
-    think_end = tok.added_tokens.get(THINK_END, -1)
-    section = tok.added_tokens.get(SECTION_BEGIN, -1)
-    im_end = tok.added_tokens.get(IM_END, -1)
+    """Per sample: reasoning, content and tool-call token counts of the completion."""
+    think_end = tok.added_tokens.get(markers.reasoning_end, -1)
+    section = tok.added_tokens.get(markers.calls_begin, -1)
+    im_end = tok.added_tokens.get(markers.end, -1)
     flat = pa.concat_arrays([c.flatten() for c in input_ids.chunks]) if input_ids.num_chunks \
         else pa.array([], pa.int32())
     values = flat.to_numpy(zero_copy_only=False)
@@ -147,7 +177,7 @@ def split_lengths(
     think_at = first(think_end)
     section_at = first(section)
     body_end = np.where(section_at >= 0, section_at, text_end)
-    # Thinking with no `</think>`: cut off while reasoning, or the section opened inside it.
+    # Thinking with no reasoning end: cut off while reasoning, or the calls opened inside it.
     reasoning_end = np.where(think_at >= 0, think_at, np.where(thinking, body_end, start))
     reasoning = np.maximum(0, reasoning_end - start)
     content_start = np.where(think_at >= 0, think_at + 1, reasoning_end)

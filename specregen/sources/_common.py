@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
+from specregen.errors import UsageError
 from specregen.jsonkind import json_kind
 from specregen.records import Prompt, SourceReject
 
 # A row without a system text gets no system message: what the model then sees is its chat
-# format's business (the K2.5 template injects its default system prompt; Qwen3's none), the
+# format's business (one template injects a default system prompt, another none), the
 # same whether the server renders the template or we do.
 DEFAULT_SYSTEM_PROMPT: str | None = None
 
 
-class RowError(Exception):
-    """A defect in one source row. The message names the field or turn and the problem."""
+class RowError(UsageError):
+    """A defect in one source row. The message names the field or turn and the problem; the
+    adapters turn it into the row's `SourceReject` (the run goes on)."""
 
 
 def reject(sample_id: str, row_label: str, problem: str) -> SourceReject:
@@ -70,6 +72,51 @@ def make_prompt(
         tool_mode=tool_mode,  # type: ignore[arg-type]
         meta=meta,
     )
+
+
+Turns = Literal["first", "all"]
+TURNS = ("first", "all")
+
+
+def check_turns(turns: str) -> None:
+    if turns not in TURNS:
+        raise ValueError(f"turns must be one of {TURNS}, got {turns!r}")
+
+
+def conversation_prompt(
+    sample_id: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    tool_mode: str = "tools",
+    meta: dict[str, Any],
+) -> Prompt:
+    """A whole conversation (`turns: all`), checked the way the driver will walk it, so a row it
+    could not regenerate turn by turn is refused here with the message that breaks it."""
+    from specregen.conversation.plan import ConversationError, plan_conversation
+
+    prompt = Prompt(sample_id=sample_id, messages=messages, tools=tools,
+                    tool_mode=tool_mode, meta=meta, turns="all")  # type: ignore[arg-type]
+    try:
+        plan_conversation(prompt)
+    except ConversationError as err:
+        raise RowError(err.detail) from None
+    return prompt
+
+
+def call_message(calls: list[tuple[str, dict[str, Any]]], first_id: int,
+                 content: str = "") -> dict[str, Any]:
+    """An assistant message holding `calls`, with ids `call_{n}` counted over the conversation
+    (the dataset's ids never reach the model: its results are re-addressed to the model's)."""
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"id": f"call_{first_id + k}", "type": "function",
+             "function": {"name": name, "arguments": dump_arguments(arguments)}}
+            for k, (name, arguments) in enumerate(calls)
+        ],
+    }
 
 
 def dump_arguments(arguments: dict[str, Any]) -> str:

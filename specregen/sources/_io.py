@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import os
 import re
 from array import array
 from collections.abc import Iterator
@@ -41,22 +42,39 @@ class SourceRow:
 
 
 class SeenIds:
-    """The sample ids seen so far, for duplicate detection over a whole source.
+    """The sample ids seen so far, for duplicate detection over a whole source, in bounded
+    memory.
 
     Each id is kept as 8 bytes of its blake2b digest in an open-addressing table of unsigned
-    64-bit slots at most 5/8 full: 13-26 bytes per id with the table growing by doubling (a
-    Python set of 12-byte digests costs ~75 B per id: 375 MB at 5M rows; this is <= 134 MB, 67
-    MB right after a doubling, and no object per id for the garbage collector). Two different
-    ids collide with probability ~n^2 / 2^65: about 1e-6 over 5M rows.
+    64-bit slots at most 5/8 full (13-26 B per id, growing by doubling; a Python set of 12-byte
+    digests costs ~75 B per id: 375 MB at 5M rows). Past `memory_ids` ids the table's keys are
+    sorted into a temporary file (a run) and the table starts again small; a fixed-size Bloom
+    filter (`bloom_bytes`, made at the first spill) holds every spilled key, and only an id it
+    may have seen is looked up in the runs on disk (binary search with pread). Memory stays
+    below 16 * memory_ids + bloom_bytes (~24 MB by default) at any row count; the runs take 8 B per
+    spilled id on disk. Two different ids collide with probability ~n^2 / 2^65: about 1e-6
+    over 5M rows.
     """
 
-    __slots__ = ("_count", "_mask", "_slots")
+    __slots__ = ("_bloom", "_bloom_bits", "_capacity", "_count", "_limit", "_mask", "_runs",
+                 "_slots", "_table_count")
 
-    def __init__(self, capacity: int = 1 << 12) -> None:
-        size = 1 << max(4, (capacity - 1).bit_length())
+    def __init__(self, capacity: int = 1 << 12, memory_ids: int = 1 << 20,
+                 bloom_bytes: int = 8 << 20) -> None:
+        self._capacity = capacity
+        self._limit = max(16, memory_ids)
+        self._count = 0
+        self._runs: list[tuple[Any, int]] = []  # (open temporary file, keys in it)
+        # Made at the first spill: a source that fits in the table never pays for it.
+        self._bloom = bytearray()
+        self._bloom_bits = max(64, bloom_bytes) * 8
+        self._reset_table()
+
+    def _reset_table(self) -> None:
+        size = 1 << max(4, (self._capacity - 1).bit_length())
         self._slots = array("Q", bytes(8 * size))  # 0 marks an empty slot
         self._mask = size - 1
-        self._count = 0
+        self._table_count = 0
 
     def __len__(self) -> int:
         return self._count
@@ -65,10 +83,15 @@ class SeenIds:
         """Record `sample_id`; False when it was already there."""
         digest = hashlib.blake2b(sample_id.encode("utf-8"), digest_size=8).digest()
         key = int.from_bytes(digest, "little") or 1
+        if self._runs and self._in_runs(key):
+            return False
         if not self._insert(key):
             return False
         self._count += 1
-        if self._count * 8 > len(self._slots) * 5:
+        self._table_count += 1
+        if self._table_count >= self._limit:
+            self._spill()
+        elif self._table_count * 8 > len(self._slots) * 5:
             self._grow()
         return True
 
@@ -92,8 +115,68 @@ class SeenIds:
             if key:
                 self._insert(key)
 
+    # -- past memory_ids: sorted runs on disk behind a Bloom filter -------------------------
+
+    def _bloom_positions(self, key: int) -> tuple[int, ...]:
+        # Double hashing over the digest's two halves (the digest is already uniform).
+        low, high = key & 0xFFFFFFFF, (key >> 32) | 1
+        return tuple((low + i * high) % self._bloom_bits for i in range(4))
+
+    def _in_runs(self, key: int) -> bool:
+        bloom = self._bloom
+        for pos in self._bloom_positions(key):
+            if not bloom[pos >> 3] & (1 << (pos & 7)):
+                return False
+        return any(_run_contains(handle, n, key) for handle, n in self._runs)
+
+    def _spill(self) -> None:
+        import tempfile
+
+        import numpy as np
+
+        # numpy: no Python object per key on the way out (a list of 1M ints is ~36 MB).
+        table = np.frombuffer(self._slots, dtype=np.uint64)
+        keys = np.sort(table[table != 0])
+        handle = tempfile.TemporaryFile(prefix="specregen-seen-")  # noqa: SIM115 (kept open)
+        keys.astype("<u8").tofile(handle)
+        handle.flush()
+        self._runs.append((handle, len(keys)))
+        if not self._bloom:
+            self._bloom = bytearray(self._bloom_bits // 8)
+        bloom = np.frombuffer(self._bloom, dtype=np.uint8)
+        low, high = keys & np.uint64(0xFFFFFFFF), (keys >> np.uint64(32)) | np.uint64(1)
+        for i in range(4):  # the positions of _bloom_positions, all keys at once
+            pos = (low + np.uint64(i) * high) % np.uint64(self._bloom_bits)
+            bits = np.left_shift(1, (pos & np.uint64(7)).astype(np.uint8)).astype(np.uint8)
+            np.bitwise_or.at(bloom, (pos >> np.uint64(3)).astype(np.int64), bits)
+        del table, bloom
+        self._reset_table()
+
+    def close(self) -> None:
+        """Remove the runs on disk (also done when the object is collected)."""
+        for handle, _ in self._runs:
+            handle.close()
+        self._runs = []
+
     def nbytes(self) -> int:
-        return len(self._slots) * self._slots.itemsize
+        """Bytes held in memory: the table and the Bloom filter."""
+        return len(self._slots) * self._slots.itemsize + len(self._bloom)
+
+
+def _run_contains(handle: Any, n: int, key: int) -> bool:
+    """Binary search of a sorted run of little-endian uint64 keys, read 8 bytes at a time."""
+    fd = handle.fileno()
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        value = int.from_bytes(os.pread(fd, 8, mid * 8), "little")
+        if value == key:
+            return True
+        if value < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return False
 
 
 def source_name(source: str) -> str:

@@ -13,7 +13,11 @@ The conventions and the defect catalogue are in shared/datasets/README.md §2-3.
   a single-quoted JSON string inside a JSON-looking object, so the call is not JSON as a whole.
 
 The whole chat is validated even though only the first user turn becomes the prompt, because a
-row that is broken later is evidence that its first turns are not what they seem either.
+row that is broken later is evidence that its first turns are not what they seem either. With
+`turns="all"` the whole chat is the Prompt (`conversation_messages`): calls become assistant
+`tool_calls` with synthesized ids `call_{n}`, each FUNCTION RESPONSE a `tool` message answering
+the call before it; a call without its response is refused then (nothing could answer the
+model's matching call).
 
 Policies beyond the README:
 
@@ -41,8 +45,11 @@ from specregen.records import Prompt, SourceReject
 from specregen.sources._common import (
     RowError,
     arguments_object,
+    call_message,
     call_reference,
     check_function_spec,
+    check_turns,
+    conversation_prompt,
     make_prompt,
     reject,
     require_object,
@@ -90,36 +97,78 @@ def convert(
     row_label: str,
     tool_mode: Literal["tools", "system_prompt"] = "tools",
     accept_object_arguments: bool = True,
+    turns: Literal["first", "all"] = "first",
 ) -> Prompt | SourceReject:
-    """One glaive row as a Prompt of [system, first user turn], or the reason it is refused."""
+    """One glaive row as a Prompt of [system, first user turn] (`turns="all"`: the whole
+    conversation), or the reason it is refused."""
     if tool_mode not in TOOL_MODES:
         raise ValueError(f"tool_mode must be one of {TOOL_MODES}, got {tool_mode!r}")
+    check_turns(turns)
+    whole = turns == "all"
     sample_id = row_id(dataset, row)
     try:
         fields = require_object(row)
         system_field = require_str(fields, "system")
         chat = require_str(fields, "chat")
         functions, dropped = parse_system(system_field)
-        turns = parse_chat(chat, accept_object_arguments=accept_object_arguments)
-        validate_turns(turns, functions)
+        chat_turns = parse_chat(chat, accept_object_arguments=accept_object_arguments)
+        validate_turns(chat_turns, functions)
+        if whole:
+            system = _system_text(functions, system_field, tool_mode)
+            tools = None if functions is None else [wrap_function(spec) for spec in functions]
+            meta = _meta(row_label, chat_turns, dropped)
+            return conversation_prompt(sample_id, conversation_messages(system, chat_turns),
+                                       tools=tools, tool_mode=tool_mode, meta=meta)
     except RowError as err:
         return reject(sample_id, row_label, str(err))
 
+    meta = _meta(row_label, chat_turns, dropped)
+    if functions is None:
+        return make_prompt(
+            sample_id, NO_FUNCTIONS_SYSTEM, chat_turns[0].content, tool_mode=tool_mode, meta=meta
+        )
+    system = _system_text(functions, system_field, tool_mode)
+    tools = [wrap_function(spec) for spec in functions]
+    return make_prompt(
+        sample_id, system, chat_turns[0].content, tools=tools, tool_mode=tool_mode, meta=meta
+    )
+
+
+def _meta(row_label: str, turns: list[Turn], dropped: list[str]) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "source_row": row_label,
         "reference_first_turn": first_reference(turns),
     }
     if dropped:
         meta["duplicate_functions_dropped"] = dropped
+    return meta
+
+
+def _system_text(functions: list[dict[str, Any]] | None, system_field: str,
+                 tool_mode: str) -> str:
     if functions is None:
-        return make_prompt(
-            sample_id, NO_FUNCTIONS_SYSTEM, turns[0].content, tool_mode=tool_mode, meta=meta
-        )
-    system = TOOLS_SYSTEM if tool_mode == "tools" else system_field.removeprefix(SYSTEM_TAG)
-    tools = [wrap_function(spec) for spec in functions]
-    return make_prompt(
-        sample_id, system, turns[0].content, tools=tools, tool_mode=tool_mode, meta=meta
-    )
+        return NO_FUNCTIONS_SYSTEM
+    return TOOLS_SYSTEM if tool_mode == "tools" else system_field.removeprefix(SYSTEM_TAG)
+
+
+def conversation_messages(system: str, turns: list[Turn]) -> list[dict[str, Any]]:
+    """The whole chat in OpenAI shape: a call becomes an assistant `tool_calls` message with a
+    synthesized id, and the FUNCTION RESPONSE after it a `tool` message answering that id."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    calls = 0
+    for turn in turns:
+        if turn.role == USER:
+            messages.append({"role": "user", "content": turn.content})
+        elif turn.role == FUNCTION_RESPONSE:
+            # validate_turns made sure it answers the call right before it.
+            messages.append({"role": "tool", "tool_call_id": f"call_{calls - 1}",
+                             "content": turn.content})
+        elif turn.call is not None:
+            messages.append(call_message([turn.call], calls))
+            calls += 1
+        else:
+            messages.append({"role": "assistant", "content": turn.content})
+    return messages
 
 
 # --- system ---------------------------------------------------------------------------------

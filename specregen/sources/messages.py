@@ -4,19 +4,24 @@ Covers UltraChat-style rows and already-converted tool datasets. `tools` may be 
 or bare function specs, as a list or a JSON string. The system text is the row's own leading
 system message, else none (the chat format's default applies). Every assistant tool call in the
 row is checked (declared name, arguments a JSON object), as glaive rows are, so a broken row is
-not half-used.
+not half-used. With `turns="all"` the whole conversation is the Prompt
+(`conversation_messages`), refused when the driver could not walk it (a call without its
+results, a tool message answering nothing).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from specregen.records import Prompt, SourceReject
 from specregen.sources._common import (
     DEFAULT_SYSTEM_PROMPT,
     RowError,
     arguments_object,
+    call_message,
     calls_reference,
+    check_turns,
+    conversation_prompt,
     make_prompt,
     parse_tools,
     reject,
@@ -33,7 +38,10 @@ ID_FIELDS = ("id", "prompt_id")
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def convert(row: Any, *, dataset: str, row_label: str) -> Prompt | SourceReject:
+def convert(row: Any, *, dataset: str, row_label: str,
+            turns: Literal["first", "all"] = "first") -> Prompt | SourceReject:
+    """The row's first user turn as a Prompt (`turns="all"`: the whole conversation)."""
+    check_turns(turns)
     sample_id = row_id(dataset, row, ID_FIELDS)
     try:
         fields = require_object(row)
@@ -45,10 +53,45 @@ def convert(row: Any, *, dataset: str, row_label: str) -> Prompt | SourceReject:
         check_declared(calls, tools)
         system, user_at = system_and_user_index(messages)
         user = require_user_text(content_str(messages[user_at], user_at), f"messages[{user_at}]")
+        meta = {"source_row": row_label,
+                "reference_first_turn": reference(messages, calls, user_at)}
+        if turns == "all":
+            return conversation_prompt(sample_id, conversation_messages(messages, calls),
+                                       tools=tools, meta=meta)
     except RowError as err:
         return reject(sample_id, row_label, str(err))
-    meta = {"source_row": row_label, "reference_first_turn": reference(messages, calls, user_at)}
     return make_prompt(sample_id, system, user, tools=tools, meta=meta)
+
+
+def conversation_messages(messages: list[dict[str, Any]],
+                          calls: dict[int, list[tuple[str, dict[str, Any]]]]
+                          ) -> list[dict[str, Any]]:
+    """The row's messages as the driver sends them: `developer` is a system message; calls get
+    their arguments as JSON text and, when the row gave none, ids `call_{n}` (a tool message
+    without `tool_call_id` then answers the calls in order)."""
+    out: list[dict[str, Any]] = []
+    n = 0
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if role == "function":
+            raise RowError(f"messages[{i}] is a legacy 'function' message; whole conversations "
+                           "need 'tool' messages answering 'tool_calls'")
+        if role == "developer":
+            message = {**message, "role": "system"}
+        if role == "assistant" and calls.get(i):
+            rebuilt = call_message(calls[i], n, content=message.get("content") or "")
+            for k, call in enumerate(message["tool_calls"]):
+                given = call.get("id")
+                if isinstance(given, str) and given:
+                    rebuilt["tool_calls"][k]["id"] = given
+                # The row's own argument text when it is one (a JSON object, checked above).
+                args = call["function"].get("arguments")
+                if isinstance(args, str):
+                    rebuilt["tool_calls"][k]["function"]["arguments"] = args
+            message = {**message, **rebuilt}
+            n += len(calls[i])
+        out.append(message)
+    return out
 
 
 def require_messages(fields: dict[str, Any]) -> list[dict[str, Any]]:

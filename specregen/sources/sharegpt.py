@@ -4,19 +4,23 @@ Roles follow SpecForge: human→user; gpt/chatgpt/bing/bard→assistant; system�
 LLaMA-Factory's converted glaive (`function_call` turns holding `{"name", "arguments"}`,
 `observation` turns, `tools` as a JSON string of bare function specs, "" or "[]" for none) and
 hermes' `tool` turns (taken as observations). Any other role is refused rather than dropped,
-since dropping a turn silently changes what the next turn answers.
+since dropping a turn silently changes what the next turn answers. With `turns="all"` the whole
+conversation is the Prompt (`conversation_messages`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from specregen.records import Prompt, SourceReject
 from specregen.sources._common import (
     DEFAULT_SYSTEM_PROMPT,
     RowError,
     arguments_object,
+    call_message,
     calls_reference,
+    check_turns,
+    conversation_prompt,
     make_prompt,
     parse_tools,
     reject,
@@ -47,19 +51,53 @@ Turn = tuple[str, str]  # (role after mapping, value)
 Call = tuple[str, dict[str, Any]]
 
 
-def convert(row: Any, *, dataset: str, row_label: str) -> Prompt | SourceReject:
+def convert(row: Any, *, dataset: str, row_label: str,
+            turns: Literal["first", "all"] = "first") -> Prompt | SourceReject:
+    """The row's first human turn as a Prompt (`turns="all"`: the whole conversation)."""
+    check_turns(turns)
     sample_id = row_id(dataset, row, ("id",))
     try:
         fields = require_object(row)
-        turns = require_turns(fields)
+        chat = require_turns(fields)
         tools = parse_tools(fields.get("tools"), "tools")
-        calls = validate_turns(turns, tools)
-        system, user_at = system_and_user_index(turns, fields)
-        user = require_user_text(turns[user_at][1], f"conversations[{user_at}].value")
+        calls = validate_turns(chat, tools)
+        system, user_at = system_and_user_index(chat, fields)
+        user = require_user_text(chat[user_at][1], f"conversations[{user_at}].value")
+        meta = {"source_row": row_label, "reference_first_turn": reference(chat, calls, user_at)}
+        if turns == "all":
+            messages = conversation_messages(system, chat[user_at:], calls, user_at)
+            return conversation_prompt(sample_id, messages, tools=tools, meta=meta)
     except RowError as err:
         return reject(sample_id, row_label, str(err))
-    meta = {"source_row": row_label, "reference_first_turn": reference(turns, calls, user_at)}
     return make_prompt(sample_id, system, user, tools=tools, meta=meta)
+
+
+def conversation_messages(system: str | None, turns: list[Turn], calls: dict[int, list[Call]],
+                          offset: int) -> list[dict[str, Any]]:
+    """The conversation in OpenAI shape: a function_call turn is an assistant message with
+    `tool_calls` (ids `call_{n}`; a gpt turn right before it is that message's content, as the
+    model writes text and calls in one answer), each observation a `tool` message answering
+    the next unanswered call."""
+    messages: list[dict[str, Any]] = [] if system is None else [
+        {"role": "system", "content": system}]
+    n = 0
+    pending: list[str] = []
+    for i, (role, value) in enumerate(turns, start=offset):
+        if role == "function_call":
+            content = ""
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" not in last:
+                content = messages.pop()["content"]
+            message = call_message(calls[i], n, content=content)
+            pending = [c["id"] for c in message["tool_calls"]]
+            n += len(calls[i])
+            messages.append(message)
+        elif role == "observation":
+            # validate_turns made sure a call is waiting for it.
+            messages.append({"role": "tool", "tool_call_id": pending.pop(0), "content": value})
+        else:
+            messages.append({"role": role, "content": value})
+    return messages
 
 
 def require_turns(fields: dict[str, Any]) -> list[Turn]:

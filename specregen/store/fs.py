@@ -110,11 +110,3 @@ def _fsync_dir(folder: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def sha256_file(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    digest = hashlib.sha256()
-    with fs.open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -13,15 +13,18 @@ each record's future only once the records are durable:
 * object stores: objects cannot be appended to, so records are buffered and each commit puts a
   NEW part object (one PUT, atomic: readers see all of it or nothing). A part is put when
   `roll_records` records are waiting or the oldest has waited `roll_seconds` (and on `flush()` /
-  `aclose()`). Durability window: up to `roll_seconds` (default 10 s) of finished results, on top
-  of the requests in flight, can be lost in a crash; those samples are simply requested again.
+  `aclose()`). Durability window: the finished results not yet put, on top of the requests in
+  flight, can be lost in a crash; those samples are requested (and paid) again. `commit_rolls`
+  gives the settings that keep that loss within one in-flight window (the inference paths use
+  it; the endpoint's `log_commit_seconds` overrides the time).
 
 Record schema (`AttemptRecord.as_dict`, `"v": 1`): sample_id, fingerprint, attempt (1-based),
 status (ok | truncated | failed), final, error_class, error_message, latency_s, http_status,
 provider, model, generation_id, usage, cost_usd, created_at (ISO 8601 UTC); final records add
 `request` and `response` (both scrubbed of secrets by the caller), and, when the server returned
 token ids, `reference_completion_ids` and `prompt_token_ids` (lifted out of the response so the
-ids are stored once).
+ids are stored once). A request of a whole conversation (issue 10) adds `conversation`:
+`{"id", "user_turn", "step"}`, and its sample_id is `{id}/t{user_turn}/s{step}`.
 
 Rejects: input rows a run refused to send (not JSON, NaN in a schema, over the context length)
 go to `{root}/rejects-{utc timestamp}-{pid}-{random}.jsonl`, one object per run, each line
@@ -85,6 +88,8 @@ class AttemptRecord:
     response: dict[str, Any] | None = None
     reference_completion_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
+    # A request of a whole conversation: {"id": conversation id, "user_turn": k, "step": j}.
+    conversation: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -105,7 +110,8 @@ class AttemptRecord:
             "cost_usd": self.cost_usd,
             "created_at": self.created_at or utc_now_iso(),
         }
-        for name in ("request", "response", "reference_completion_ids", "prompt_token_ids"):
+        for name in ("request", "response", "reference_completion_ids", "prompt_token_ids",
+                     "conversation"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -140,6 +146,9 @@ class LogHistory:
     open_attempts: dict[tuple[str, str], int] = field(default_factory=dict)
     # The highest attempt number ever recorded; a rerun numbers on from it.
     last_attempt: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The final record of each request of a whole conversation (ok/truncated beat failed):
+    # a rerun rebuilds each conversation's path from them (specregen/conversation).
+    conversation_finals: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
 
 def utc_now_iso() -> str:
@@ -149,6 +158,32 @@ def utc_now_iso() -> str:
 def new_part_name() -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     return f"part-{stamp}-{os.getpid()}-{secrets.token_hex(4)}.jsonl"
+
+
+# Most records in one object-store part, and the longest an answer waits uncommitted when no
+# rate is known (the RawLog defaults).
+ROLL_RECORDS = 2_000
+ROLL_SECONDS = 10.0
+
+
+def commit_rolls(
+    window: int, requests_per_minute: float | None = None, seconds: float | None = None
+) -> dict[str, float | int]:
+    """RawLog roll settings for a writer with `window` requests in flight. The engine holds a
+    request's window slot until its final record is put, so a crash loses at most one window of
+    paid answers in all (in flight or waiting for the put); these settings bound how long the
+    slots wait.
+
+    A part is put once `window` answers wait (whatever the rate), or when the oldest has waited
+    `seconds`; unset, the time the window takes to be answered at `requests_per_minute` (a
+    rate the config knows), else ROLL_SECONDS. At 600 requests/min and 64 in flight that is a
+    part every 6.4 s; a fixed 10 s at 3,000/min would have lost 500 paid answers."""
+    records = max(1, min(int(window), ROLL_RECORDS))
+    if seconds is None:
+        seconds = ROLL_SECONDS
+        if requests_per_minute:
+            seconds = min(ROLL_SECONDS, 60.0 * records / requests_per_minute)
+    return {"roll_records": records, "roll_seconds": max(0.05, float(seconds))}
 
 
 @dataclass(slots=True)
@@ -165,8 +200,8 @@ class RawLog:
         root: str | os.PathLike[str],
         *,
         storage_options: dict[str, Any] | None = None,
-        roll_records: int = 2_000,
-        roll_seconds: float = 10.0,
+        roll_records: int = ROLL_RECORDS,
+        roll_seconds: float = ROLL_SECONDS,
     ) -> None:
         self.root_url = os.fspath(root)
         self.fs, root_path = fsspec.core.url_to_fs(self.root_url, **(storage_options or {}))
@@ -215,6 +250,13 @@ class RawLog:
     async def append(self, record: AttemptRecord | dict[str, Any]) -> None:
         """Queue one record and wait until it is durable."""
         await self.submit(record)
+
+    def commit_soon(self) -> None:
+        """Put what is queued without waiting for a full part or the timer (the caller has
+        nothing more to add soon); does not wait. No-op when nothing is queued."""
+        if self._queue and self._event is not None:
+            self._force = True
+            self._event.set()
 
     async def flush(self) -> None:
         """Wait until everything queued so far is durable (puts a part now on object stores)."""
@@ -403,6 +445,10 @@ class RawLog:
                 out.final[key] = status
             elif status == "failed" and out.final.get(key) not in FINAL_ANSWER:
                 out.final[key] = "failed"
+            else:
+                continue
+            if record.get("conversation") is not None:
+                out.conversation_finals[key] = record
         return out
 
     # -- rejected inputs -------------------------------------------------------------------

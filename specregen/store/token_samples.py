@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from specregen.errors import UsageError
 from specregen.records import TokenSample, ToolCall
 
 if TYPE_CHECKING:
@@ -50,6 +51,10 @@ SCHEMA = pa.schema(
         # JSON text of the declared tools, or null.
         ("tools", pa.string()),
         ("tool_mode", pa.string()),
+        # Whole conversations (specregen/conversation): null on single-turn samples.
+        ("conversation_id", pa.string()),
+        ("user_turn", pa.int32()),
+        ("stop_reason", pa.string()),
     ]
 )
 
@@ -61,11 +66,11 @@ _JSON_COLUMNS = ("messages", "tools")
 
 
 # Columns a file written before they existed may lack; readers fill them with None.
-OPTIONAL_COLUMNS = frozenset({"evidence"})
+OPTIONAL_COLUMNS = frozenset({"evidence", "conversation_id", "user_turn", "stop_reason"})
 META_KEY = b"specregen"
 
 
-class TokenFileError(ValueError):
+class TokenFileError(UsageError, ValueError):
     """A token file that does not fit the tokenizer it is read with; the message says why."""
 
 

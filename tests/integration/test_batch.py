@@ -191,6 +191,8 @@ def test_dataset_flow_in_batch_mode_publishes_and_a_rerun_submits_nothing(prefec
     from tests.support import REPO
 
     config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    # Batch mode: the demo's whole-conversation dataset needs realtime (config check).
+    config["datasets"] = [d for d in config["datasets"] if d.get("turns") != "all"]
     with serve_in_thread(EmulatorConfig(seed=4, literal_marker_rate=0.0, batch_delay=0.5),
                          load_tokenizer("mini")) as emulator:
         config["storage"] = str(tmp_path / "store")
@@ -212,6 +214,12 @@ def test_dataset_flow_in_batch_mode_publishes_and_a_rerun_submits_nothing(prefec
         chunks = -(-result["prompts"] // 10)
         assert stats["batches_created"] == chunks
         assert stats["max_submissions_per_request"] == 1
+        # The summary's cost is the batch bill (half price on the emulator), all of it paid.
+        assert result["cost_usd"] > 0
+        assert result["projected_total_usd"] == pytest.approx(result["cost_usd"])
+        assert result["realtime_equivalent_usd"] == pytest.approx(2 * result["cost_usd"],
+                                                                  rel=1e-3)
+        assert result["savings_usd"] == pytest.approx(result["cost_usd"], rel=1e-3)
 
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -234,6 +242,11 @@ def test_dataset_flow_in_batch_mode_publishes_and_a_rerun_submits_nothing(prefec
         assert dict(emulator.state.batches.results_reads) == reads
 
 
+# Long enough that the first poll (deployment and flow run created first) comes before the
+# batches finish even on a loaded machine.
+DELAY = 8.0
+
+
 def test_batch_poll_flow_collects_and_resumes_a_suspended_dataset_run(prefect_server,
                                                                       tmp_path):
     """The poller (the scheduled `batch-poll` deployment) finds a Suspended dataset run of its
@@ -252,7 +265,9 @@ def test_batch_poll_flow_collects_and_resumes_a_suspended_dataset_run(prefect_se
     from tests.support import REPO
 
     config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
-    with serve_in_thread(EmulatorConfig(seed=4, batch_delay=1.5),
+    # Batch mode: the demo's whole-conversation dataset needs realtime (config check).
+    config["datasets"] = [d for d in config["datasets"] if d.get("turns") != "all"]
+    with serve_in_thread(EmulatorConfig(seed=4, batch_delay=DELAY),
                          load_tokenizer("mini")) as emulator:
         config["storage"] = str(tmp_path / "store")
         config["chunk_size"] = 10
@@ -267,6 +282,7 @@ def test_batch_poll_flow_collects_and_resumes_a_suspended_dataset_run(prefect_se
         for chunk in range(chunks):  # what the dataset run did before it suspended
             first = asyncio.run(infer_chunk(run, chunk, api_key=None, wait=False))
             assert first["batches_open"] == 1
+        submitted = time.monotonic()
 
         async def suspended_run():
             # A deployed run (only those can be suspended and resumed), as a worker would
@@ -289,7 +305,7 @@ def test_batch_poll_flow_collects_and_resumes_a_suspended_dataset_run(prefect_se
         assert early == [{"dataset": "B3_magicoder", "flow_run": early[0]["flow_run"],
                           "open": chunks, "resumed": False}]
         assert asyncio.run(state_of(flow_run_id)).name == "Suspended"
-        time.sleep(1.6)
+        time.sleep(max(0.0, submitted + DELAY + 0.2 - time.monotonic()))
         late = asyncio.run(batch_poll_flow(path))
         assert late[0]["open"] == 0 and late[0]["resumed"] is True
         assert asyncio.run(state_of(flow_run_id)).name != "Suspended"

@@ -114,7 +114,7 @@ def test_report_page_renders_offline(tmp_path, mini_fmt, shots):
 def test_terminal_view_as_a_screenshot(tmp_path, mini_fmt, shots):
     # rich's recording of the terminal view, exported as HTML and looked at in the browser
     # (its SVG export would fetch a web font).
-    view = build_view(tool_sample(mini_fmt), mini_fmt.tok)
+    view = build_view(tool_sample(mini_fmt), mini_fmt.tok, markers=mini_fmt.markers)
     console = Console(record=True, force_terminal=True, width=100, file=io.StringIO(),
                       color_system="truecolor")
     console.print(render_sample(view, mini_fmt.tok, prompt_tokens=24))

@@ -9,6 +9,8 @@ infra/deploy.sh, and the emulator behind a provider-style rate limit.
    runs them again on the other worker, the parent waits through it, and every dataset is
    published once, byte-identical to a run on one worker, paying again only for what was in
    flight.
+3. `reconstruct_spread`: a dataset's reconstruction chunk groups run as deployment runs, one of
+   them in a flow process of the worker that does not run the dataset.
 
 Light on purpose (small datasets, a 30 s heartbeat, a 5 s rate window): about 5 minutes,
 most of it the 60 s zombie window and the dead run's 60 s lease.
@@ -55,7 +57,7 @@ def cluster(tmp_path_factory):
             sources[name] = base / f"{name}.jsonl"
             sources[name].write_text("".join(json.dumps(r) + "\n" for r in rows))
 
-        def config(label: str) -> Path:
+        def config(label: str, **extra) -> Path:
             return write_config(
                 base / f"{label}.yaml", base_url=emu.openrouter_url,
                 storage=f"s3://{cluster.bucket}/{label}", sources=sources,
@@ -64,7 +66,7 @@ def cluster(tmp_path_factory):
                 concurrency=16, chunk_size=10,
                 # Chunk groups as deployment runs; with every worker slot taken they are done
                 # by the dataset's own worker (flows/chunks.py): the output must not change.
-                reconstruct_spread=2)
+                **{"reconstruct_spread": 2, **extra})
 
         cluster.config = config
         cluster.emu, cluster.limited = emu, limited
@@ -111,6 +113,49 @@ def test_two_datasets_on_two_workers_share_one_rate_limit(cluster):
     # loaded 2-core box the median lag was seen at 0.4 s and, once, 3.2 s).
     lags = sorted(max(0.0, times[k] - times[k - RATE] - PERIOD) for k in range(RATE, len(times)))
     assert lags[len(lags) // 2] <= PERIOD, [round(x, 2) for x in lags]
+
+
+def test_a_chunk_group_runs_on_another_worker(cluster):
+    """`reconstruct_spread: 3` on one dataset: its 3 chunks become 3 groups, 2 of them
+    deployment runs of reconstruct-chunks/spread. Nightly and the dataset take 2 of the 4
+    worker slots, so both groups find a slot, and they wait for it (`reconstruct_spread_wait_s`;
+    tiny chunks would otherwise be taken back at once): a group runs in a flow process of the
+    worker that does not run the dataset, and the dataset is published from its shards."""
+    name = DATASETS[2]
+    where: dict = {}  # flow run id -> (run name, worker name), seen while the process lived
+
+    async def watch(client):
+        from prefect.client.schemas.filters import (
+            FlowRunFilter,
+            FlowRunFilterState,
+            FlowRunFilterStateType,
+        )
+        from prefect.client.schemas.objects import StateType
+
+        for run in await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(
+                    any_=[StateType.PENDING, StateType.RUNNING])))):
+            if run.id in where or not run.name.startswith(name) or not run.infrastructure_pid:
+                continue
+            worker = cluster.worker_of(int(run.infrastructure_pid.rsplit(":", 1)[-1]))
+            if worker is not None:
+                where[run.id] = (run.name, worker.name)
+
+    config = cluster.config("spread", reconstruct_spread=3, reconstruct_spread_wait_s=120)
+    run = cluster.run_nightly(config, [name], timeout=300, on_poll=watch)
+    assert run.state.is_completed(), run.state
+    dataset_workers = {w for n, w in where.values() if n == name}
+    assert len(dataset_workers) == 1, where
+    chunk_runs = asyncio.run(read_runs(cluster, f"{name}-chunks-"))
+    assert len(chunk_runs) == 2, [(r.name, r.state.name) for r in chunk_runs]
+    # Both groups ran as their own flow runs (not taken back: that would be Cancelled) ...
+    assert all(r.state.is_completed() for r in chunk_runs), [r.state.name for r in chunk_runs]
+    # ... and at least one in a process of the other worker.
+    elsewhere = [where[r.id] for r in chunk_runs
+                 if r.id in where and where[r.id][1] not in dataset_workers]
+    assert elsewhere, (where, dataset_workers)
+    store = store_of(cluster, "spread")
+    assert published(store, name), "the dataset was not published"
 
 
 def test_a_lost_worker_is_rerun_elsewhere_and_publishes_what_one_worker_does(cluster):
@@ -163,11 +208,13 @@ def test_a_lost_worker_is_rerun_elsewhere_and_publishes_what_one_worker_does(clu
     rerun = asyncio.run(read_run(cluster, killed["run"]))
     assert rerun.state.is_completed() and rerun.run_count >= 2, (rerun.state, rerun.run_count)
     # Paid again only for what was in flight (at most the shared window) and for the answers
-    # the killed worker had received but not yet committed: on an object store the raw log
-    # puts one part per `roll_seconds` (10 s), and the limit lets at most RATE per PERIOD in.
+    # the killed worker had received but not yet committed: on an object store a chunk's raw
+    # log puts a part once its window of answers waits (store/rawlog.py commit_rolls; here
+    # 8, or after 2.5 s at 16 per 5 s), so each of the 2 chunks in flight holds fewer than
+    # WINDOW uncommitted (a fixed 10 s commit allowed RATE * 10 / PERIOD = 32).
     stats = cluster.emu.stats()
     assert stats["distinct_requests"] == 3 * ROWS
-    uncommitted = int(RATE * 10.0 / PERIOD)
+    uncommitted = 2 * WINDOW
     assert stats["chat_requests"] - stats["distinct_requests"] <= WINDOW + uncommitted, stats
     assert cluster.limited.refused == 0
 
@@ -190,3 +237,15 @@ async def read_run(cluster: Cluster, run_id):
         async with get_client() as client:
             return await client.read_flow_run(run_id)
 
+
+async def read_runs(cluster: Cluster, prefix: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    from flows.server import using_api
+
+    with using_api(cluster.api_url):
+        async with get_client() as client:
+            runs = await client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                name=FlowRunFilterName(like_=prefix)))
+    return [r for r in runs if r.name.startswith(prefix)]

@@ -10,9 +10,11 @@ import pyarrow.dataset as pads
 import pytest
 import yaml
 
+from flows.dataset import summary_markdown
 from flows.pipeline import DatasetsFailedError, pipeline_flow
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
+from specregen.progress import subscribed
 from specregen.store.fs import Store
 from specregen.store.manifest import read_manifest
 from tests.support import REPO, get_tokenizer
@@ -42,8 +44,29 @@ def emulator():
 def test_pipeline_publishes_every_dataset_then_skips_them(prefect_server, emulator, tmp_path):
     storage = str(tmp_path / "store")
     config = write_config(tmp_path, emulator.openrouter_url, storage)
-    results = asyncio.run(pipeline_flow(str(config)))
-    assert [r["outcome"] for r in results] == ["published"] * 3, results
+    datasets = yaml.safe_load(config.read_text())["datasets"]
+    states = []  # every stage's progress, as `specregen run`'s board sees it
+    with subscribed(states.append):
+        results = asyncio.run(pipeline_flow(str(config)))
+    assert [r["outcome"] for r in results] == ["published"] * len(datasets), results
+    # The demo's whole-conversation dataset: its summary says how the conversations ended
+    # (the gate report's numbers), and its reconstruction progress counts conversations, the
+    # unit of its total (one conversation gives a sample per user turn reached).
+    conv = next(r for r in results if r["dataset"] == "B1_glaive_conversations")
+    gate_report = Store(storage).read_json(
+        "B1_glaive_conversations", "gate", Path(conv["gate_report"]).parent.name, "report.json")
+    expected = gate_report["conversations"]
+    assert conv["conversations"] == {
+        "count": conv["prompts"], "by_stop_reason": expected["by_stop_reason"],
+        "user_turns": expected["user_turns"], "samples": expected["samples"]}
+    assert sum(conv["conversations"]["by_stop_reason"].values()) == conv["prompts"]
+    assert sum(expected["user_turns"].values()) == conv["prompts"]
+    last = {s.stage: s for s in states
+            if s.stage.startswith("reconstruct B1_glaive_conversations ") and s.final}
+    assert last and sum(s.total for s in last.values()) == conv["prompts"]
+    assert sum(s.done + s.failed for s in last.values()) == conv["prompts"]
+    assert all(r.get("conversations") is None for r in results if r is not conv)
+    assert "conversations by stop reason" in summary_markdown(conv)
     store = Store(storage)
     for result in results:
         published = Path(result["published"]["path"])
@@ -62,7 +85,7 @@ def test_pipeline_publishes_every_dataset_then_skips_them(prefect_server, emulat
             assert hashlib.sha256(data).hexdigest() == shard.sha256
     requests_before = emulator.stats()["chat_requests"]
     again = asyncio.run(pipeline_flow(str(config)))
-    assert [r["outcome"] for r in again] == ["skipped"] * 3
+    assert [r["outcome"] for r in again] == ["skipped"] * len(results)
     assert emulator.stats()["chat_requests"] == requests_before
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import uuid
 
-import httpx
 import pytest
 
 from specregen.client import engine as engine_module
@@ -85,12 +85,12 @@ def test_window_stays_full_until_the_input_runs_dry(tmp_path):
 def test_clients_are_sharded_by_connections_per_shard(tmp_path, monkeypatch):
     made = []
 
-    class Recording(httpx.AsyncClient):
+    class Recording(engine_module.HTTPClient):
         def __init__(self, **kwargs):
             made.append(kwargs["limits"])
             super().__init__(**kwargs)
 
-    monkeypatch.setattr(engine_module.httpx, "AsyncClient", Recording)
+    monkeypatch.setattr(engine_module, "HTTPClient", Recording)
     server = FakeServer(ok_handler())
     cfg = make_cfg(concurrency=250, connections_per_shard=100)
     run(make_prompts(10), cfg, RawLog(tmp_path), server)
@@ -348,6 +348,50 @@ def test_crash_loses_at_most_the_requests_in_flight(tmp_path):
     assert summary.skipped == len(done_before)
     ids = [r["sample_id"] for r in finals(RawLog(tmp_path))]
     assert len(ids) == len(set(ids)) == 100
+
+
+class _CountingLog(RawLog):
+    """An object-store raw log that counts the records it has put (durable)."""
+
+    committed = 0
+
+    def _commit_object(self, lines):
+        super()._commit_object(lines)
+        self.committed += len(lines)
+
+
+@pytest.mark.parametrize("roll_records", [8, 2_000], ids=["part-per-window", "part-too-big"])
+def test_paid_but_not_durable_answers_stay_within_the_window(roll_records):
+    """A worker's slot is held until its answer is durable, so a crash loses at most a window
+    of paid answers, also on an object store that commits a part per window. The timer is set
+    far beyond the test's time limit: with every worker waiting, the part must be put by the
+    count rule (a window waits) or, when parts are larger than the window, because nothing
+    is in flight any more, never by a deadlock broken only by the timer."""
+    window, n = 8, 120
+    log = _CountingLog(f"memory://durable-{uuid.uuid4().hex}", roll_records=roll_records,
+                       roll_seconds=300.0)
+    answered = 0
+    worst = 0
+
+    async def respond(request, body):
+        nonlocal answered, worst
+        await asyncio.sleep(random.uniform(0.002, 0.01))
+        answered += 1
+        worst = max(worst, answered - log.committed)
+        return json_response(completion())
+
+    server = FakeServer(respond)
+
+    async def main():
+        async with log:
+            return await asyncio.wait_for(
+                run_inference(make_prompts(n), make_cfg(concurrency=window), log,
+                              api_key=SECRET_KEY, transport=server.transport), 30)
+
+    summary = asyncio.run(main())
+    assert summary.ok == n and log.committed == n
+    assert worst <= window, f"{worst} paid answers not durable at once, window {window}"
+    assert summary.peak_in_flight == window  # the window was used
 
 
 def test_duplicate_sample_ids_are_processed_once(tmp_path):

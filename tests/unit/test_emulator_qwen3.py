@@ -83,7 +83,8 @@ def test_qwen3_answers_reconstruct_to_the_emulators_true_ids(qwen, profile):
 def test_a_kimi_profile_is_refused_for_qwen3_and_vllm_hermes_for_kimi(qwen):
     from specregen.emulator.app import create_app
 
-    with pytest.raises(ValueError, match="vllm-hermes, openrouter"):
-        create_app(EmulatorConfig(profile="sglang", model="Qwen/Qwen3-8B"), qwen.tok)
-    with pytest.raises(ValueError, match=r"kimi-k2\.5 has none"):
+    with pytest.raises(ValueError, match="vllm-hermes, openrouter, sglang"):
+        create_app(EmulatorConfig(profile="vllm", model="Qwen/Qwen3-8B"), qwen.tok)
+    with pytest.raises(ValueError, match=r"the kimi-k2\.5 model is served with the profiles "
+                       r"openrouter, vllm, .*stripped, not 'vllm-hermes'"):
         create_app(EmulatorConfig(profile="vllm-hermes"), load_tokenizer("mini"))

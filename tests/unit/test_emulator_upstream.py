@@ -16,10 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from specregen.emulator import serverside, upstream
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
-from specregen.emulator.upstream import MarkerIds, Parsed, ServerCall
+from specregen.models.chat_format import FormatError
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,
@@ -28,7 +27,10 @@ from specregen.models.kimi_k25 import (
     SECTION_END,
     THINK_END,
     KimiK25,
+    serverside,
 )
+from specregen.models.kimi_k25 import servers as upstream
+from specregen.models.kimi_k25.servers import MarkerIds, Parsed, ServerCall
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 
@@ -307,14 +309,8 @@ def test_history_arguments_that_are_not_json_are_refused():
         {"id": "functions.get_weather:0", "type": "function",
          "function": {"name": "get_weather", "arguments": "{city: Paris}"}}]}]
     for family in ("vllm", "sglang"):
-        with pytest.raises(upstream_request_error()):
+        with pytest.raises(FormatError, match=r"messages\[1\]\.tool_calls\[0\]"):
             rendered(family, bad)
-
-
-def upstream_request_error() -> type[Exception]:
-    from specregen.emulator.generate import RequestError
-
-    return RequestError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,6 +414,43 @@ def test_http_section_in_think_and_text_after_the_section():
         assert choice["message"]["content"] == ""  # ... which the answer does not carry
         assert choice["finish_reason"] == "tool_calls" and choice["message"]["tool_calls"]
         assert SECTION_BEGIN not in (choice["message"]["reasoning_content"] or "")
+
+
+TWO_CALLS = ("ok</think>Sure. " + SECTION_BEGIN + CALL_BEGIN + "functions.get_weather:0"
+             + ARG_BEGIN + '{"city": "Paris"}' + CALL_END + "mid" + CALL_BEGIN
+             + "functions.search_web:1" + ARG_BEGIN + '{"query": "x"}' + CALL_END + SECTION_END
+             + " end")
+
+
+def test_streams_send_text_between_and_after_calls_after_them():
+    # Per call, the characters of content the stream sent before the call's first delta.
+    for server in ("vllm", "vllm-k25", "sglang"):
+        parsed = run(server, TWO_CALLS, REQUEST, stream=True)
+        assert (parsed.content, parsed.content_at_calls) == ("Sure. mid end", (6, 9)), server
+        assert run(server, SPACED, REQUEST, stream=True).content_at_calls == (1,), server
+        # The plain answer has no order to keep.
+        assert run(server, TWO_CALLS, REQUEST).content_at_calls is None
+    assert run("vllm", "ok</think>no calls", REQUEST, stream=True).content_at_calls is None
+
+
+def test_http_stream_frames_keep_the_parsers_order():
+    with emulator("vllm", text_after_section_rate=1.0, tool_call_rate=1.0, seed=4) as emu:
+        request = tool_request()
+        text = httpx.post(emu.url + "/chat/completions", json={**request, "stream": True},
+                          timeout=20).text
+        order = []
+        for line in text.splitlines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:]).get("choices", []):
+                    delta = choice.get("delta") or {}
+                    if delta.get("tool_calls"):
+                        order.append("call")
+                    elif delta.get("content"):
+                        order.append("content")
+        assert "call" in order and order[-1] == "content"  # the text after the section
+        truth = TOK.decode_bytes(post(emu, request)["choices"][0]["token_ids"][:-1]).decode()
+        after = truth[truth.index(SECTION_END) + len(SECTION_END):]
+        assert after and stream(emu, request)["message"]["content"].endswith(after)
 
 
 def test_http_vllm_k25_instant_answer_comes_back_as_reasoning():

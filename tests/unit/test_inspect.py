@@ -58,7 +58,7 @@ def part_text(view, part, call=None) -> str:
 def test_parts_names_and_mask_follow_the_completion_layout(fmt):
     sample = tool_sample(fmt)
     assert sample.status != "error", sample.error
-    view = build_view(sample, fmt.tok)
+    view = build_view(sample, fmt.tok, markers=fmt.markers)
     assert len(view.tokens) == len(sample.input_ids)
     # Every part decodes back to the text it was built from.
     assert part_text(view, "reasoning") == REASONING
@@ -86,10 +86,10 @@ def test_reference_diff_finds_the_first_differing_token(fmt):
     position = len(ours) - 4  # a content token near the end
     changed[position] = fmt.tok.encode_ordinary(" rainy")[0]
     sample = text_sample(fmt, reference=changed)
-    view = build_view(sample, fmt.tok, reference_ids=changed)
+    view = build_view(sample, fmt.tok, markers=fmt.markers, reference_ids=changed)
     assert view.diff is not None and view.diff.first == position
     # The same ids are equal; a server that leaves out the final <|im_end|> is no difference.
-    same = build_view(plain, fmt.tok, reference_ids=ours[:-1])
+    same = build_view(plain, fmt.tok, markers=fmt.markers, reference_ids=ours[:-1])
     assert same.diff.equal and "omit" in same.diff.note
     shorter = compare_reference(ours, ours[:5], fmt.tok.token_id("<|im_end|>"))
     assert shorter.first == 5
@@ -101,7 +101,8 @@ def test_terminal_view_colours_mask_names_markers_and_marks_the_difference(fmt):
     changed = list(ours)
     position = 2
     changed[position] = fmt.tok.encode_ordinary(" zebra")[0]
-    view = build_view(text_sample(fmt, reference=changed), fmt.tok, reference_ids=changed)
+    view = build_view(text_sample(fmt, reference=changed), fmt.tok, markers=fmt.markers,
+                      reference_ids=changed)
     console = Console(record=True, force_terminal=True, width=110, file=io.StringIO(),
                       color_system="truecolor")
     console.print(render_sample(view, fmt.tok, prompt_tokens=0))
@@ -128,7 +129,7 @@ def test_terminal_view_colours_mask_names_markers_and_marks_the_difference(fmt):
 
 
 def test_tool_call_sample_in_the_terminal_names_its_markers(fmt):
-    view = build_view(tool_sample(fmt), fmt.tok)
+    view = build_view(tool_sample(fmt), fmt.tok, markers=fmt.markers)
     console = Console(record=True, width=120, file=io.StringIO())
     console.print(render_sample(view, fmt.tok))
     text = console.export_text()
@@ -139,8 +140,8 @@ def test_tool_call_sample_in_the_terminal_names_its_markers(fmt):
 
 
 def test_html_page_is_self_contained_and_carries_every_token(fmt):
-    views = [build_view(tool_sample(fmt), fmt.tok),
-             build_view(text_sample(fmt), fmt.tok, reference_note="no ids")]
+    views = [build_view(tool_sample(fmt), fmt.tok, markers=fmt.markers),
+             build_view(text_sample(fmt), fmt.tok, markers=fmt.markers, reference_note="no ids")]
     page = render_page(views, fmt.tok, title="t </script><b>", source="x.parquet")
     assert "<b>" not in page.split("<script")[0]  # the title is escaped
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
@@ -223,7 +224,7 @@ def test_marker_text_written_by_the_model_is_pointed_at(fmt):
     content = 'Write "<|tool_call_begin|>" in docs, and <think> too.'
     message = {"reasoning": "Plain.", "content": content}
     sample = reconstruct("lit", REQUEST, response(message, "stop"), fmt)
-    view = build_view(sample, fmt.tok)
+    view = build_view(sample, fmt.tok, markers=fmt.markers)
     marked = sorted(view.literal)
     assert marked, "the literal marker text was not found"
     # The marked tokens are text tokens of the content, and they cover both literals.
@@ -240,7 +241,7 @@ def test_marker_text_written_by_the_model_is_pointed_at(fmt):
     texts = ["".join(view.tokens[i].text for i in r) for r in runs]
     assert any("<|tool_call_begin|>" in t for t in texts) and any("<think>" in t for t in texts)
     # A sample without such text marks nothing.
-    assert build_view(text_sample(fmt), fmt.tok).literal == set()
+    assert build_view(text_sample(fmt), fmt.tok, markers=fmt.markers).literal == set()
     spans = render_sample(view, fmt.tok).renderables
     from specregen.inspect.terminal import LITERAL_STYLE
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from specregen.models.kimi_k25 import (
     SECTION_BEGIN,
     SECTION_END,
 )
+from specregen.models.kimi_k25.probe import RULES
 from specregen.normalize import normalize_response
 from specregen.probe import (
     ProbeFatalError,
@@ -30,7 +32,6 @@ from specregen.probe import (
     check_run_against_profile,
     classify_calls,
     load_profile,
-    observe,
     require_recoverable_tool_calls,
     run_scenarios,
     save_profile,
@@ -40,10 +41,10 @@ from specregen.probe.classify import (
     compare_with_raw,
     failed_observation,
     id_form_of,
-    raw_calls_in,
     reasoning_field_of,
     recoverable_by_mode,
 )
+from specregen.probe.classify import observe as observe_with
 from specregen.probe.model import PROFILE_VERSION, Observation, ParserFindings
 from specregen.probe.run import scenario_config
 from specregen.probe.scenarios import glaive_probe_prompt, history_messages
@@ -53,6 +54,8 @@ from specregen.sources import BUNDLED_SAMPLES
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN
 
 ARGS = '{"city": "Paris"}'
+# The probe reads every answer here with K2.5's probe rules.
+observe = partial(observe_with, rules=RULES)
 SECTION = (f"{SECTION_BEGIN}{CALL_BEGIN}functions.get_weather:0{ARG_BEGIN}{ARGS}{CALL_END}"
            f"{SECTION_END}")
 
@@ -87,7 +90,7 @@ def body(
 
 
 def where(response: dict[str, Any]) -> str:
-    return classify_calls(normalize_response(response)).where
+    return classify_calls(rules=RULES, completion=normalize_response(response)).where
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,14 +98,15 @@ def where(response: dict[str, Any]) -> str:
 
 
 def test_structured_calls_are_structured():
-    finding = classify_calls(normalize_response(body(
+    finding = classify_calls(rules=RULES, completion=normalize_response(body(
         calls=[("functions.get_weather:0", "get_weather", ARGS)], finish="tool_calls")))
     assert finding.where == "structured"
     assert finding.calls == [ToolCall("functions.get_weather:0", "get_weather", ARGS)]
 
 
 def test_markers_in_content_are_raw_content_and_parse():
-    finding = classify_calls(normalize_response(body(content="Let me check." + SECTION)))
+    finding = classify_calls(rules=RULES, completion=normalize_response(
+        body(content="Let me check." + SECTION)))
     assert finding.where == "raw_content"
     assert finding.raw_section_parsed is True
     assert finding.calls[0].arguments == ARGS
@@ -111,7 +115,7 @@ def test_markers_in_content_are_raw_content_and_parse():
 def test_markers_that_do_not_form_a_section_are_raw_but_unparsed():
     # A partial marker set as seen from a provider (SPEC 4.5: typeclaw PR #344).
     text = f"channel_reply:0{ARG_BEGIN}{ARGS}{SECTION_END}"
-    finding = classify_calls(normalize_response(body(content=text)))
+    finding = classify_calls(rules=RULES, completion=normalize_response(body(content=text)))
     assert (finding.where, finding.raw_section_parsed, finding.calls) == ("raw_content", False, [])
 
 
@@ -146,11 +150,11 @@ def test_reasoning_field_names_the_field_that_carried_text():
 
 
 def test_id_form():
-    assert id_form_of([ToolCall("functions.get_weather:0", "get_weather", ARGS)]) == (
-        "functions.NAME:IDX", "functions.get_weather:0")
-    assert id_form_of([ToolCall("functions.get_weather:0", "get_weather", ARGS),
+    one = ToolCall("functions.get_weather:0", "get_weather", ARGS)
+    assert id_form_of(rules=RULES, calls=[one]) == ("functions.NAME:IDX", "functions.get_weather:0")
+    assert id_form_of(rules=RULES, calls=[ToolCall("functions.get_weather:0", "get_weather", ARGS),
                        ToolCall("call_9f2a", "get_weather", ARGS)]) == ("other", "call_9f2a")
-    assert id_form_of([]) == ("none", None)
+    assert id_form_of(rules=RULES, calls=[]) == ("none", None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,8 +163,8 @@ def test_id_form():
 
 def test_raw_calls_are_read_untrimmed():
     text = f"{SECTION_BEGIN}{CALL_BEGIN} functions.f:0 {ARG_BEGIN}\n{ARGS} {CALL_END}{SECTION_END}"
-    assert raw_calls_in(text) == [(" functions.f:0 ", "\n" + ARGS + " ")]
-    assert raw_calls_in("no section") == []
+    assert RULES.written_calls(text) == [(" functions.f:0 ", "\n" + ARGS + " ")]
+    assert RULES.written_calls("no section") == []
 
 
 @pytest.mark.parametrize(

@@ -266,13 +266,15 @@ def test_section_before_think_end_in_forced_reasoning_gets_no_think_end(fmt):
     assert completion_of(sample) == truth
     assert sample.status == "ok" and sample.evidence == "usage_exact"
     assert "tool_calls_in_reasoning" in sample.flags
-    # Had the model closed its reasoning first, the count picks that reading but cannot prove
-    # it: the reading without `</think>` plus one token the parser dropped counts the same.
+    # Had the model closed its reasoning first (what its template shows), the count picks that
+    # reading. Its rival, the reading without `</think>` plus one token a parser dropped or a
+    # sampler split, needs two independent rare events: not a doubt (docs/evidence.md).
     closed = true_ids(fmt, reasoning="I will call it.", calls=[("functions.get_weather:0", ARGS)])
     response = body(message, "tool_calls", usage_of(base_prompt(fmt), closed))
     sample = reconstruct("s", REQUEST, response, fmt, traits=SGLANG)
     assert completion_of(sample) == closed
-    assert sample.status == "flagged" and "reading_ambiguous" in sample.flags
+    assert sample.status == "ok" and sample.evidence == "usage_exact"
+    assert "tool_calls_in_reasoning" not in sample.flags
     # A provider whose parser leaves such a section in the reasoning has no such doubt.
     sample = reconstruct("s", REQUEST, response, fmt, traits=VLLM)
     assert completion_of(sample) == closed and sample.status == "ok"
@@ -292,13 +294,17 @@ def test_raw_section_that_ended_forced_reasoning_is_proven_by_the_count(fmt):
     assert completion_of(sample) == truth
     assert sample.status == "ok" and sample.evidence == "usage_exact"
     assert {"tool_calls_in_reasoning", "tool_calls_in_content"} <= set(sample.flags)
-    # Had the model closed its reasoning first, the count picks that reading, but cannot prove
-    # it: the reading without `</think>` plus one token the parser dropped counts the same.
+    # Had the model closed its reasoning first, the count picks that reading; the reading
+    # without `</think>` needs a dropped token as well (two coincidences), so it is no doubt.
     closed = true_ids(fmt, reasoning="I will call it.", calls=[("functions.get_weather:0", ARGS)])
     response = body(message, "stop", usage_of(base_prompt(fmt, tools=False), closed))
     sample = reconstruct("s", request, response, fmt, traits=SGLANG)
     assert completion_of(sample) == closed
-    assert sample.status == "flagged" and "reading_ambiguous" in sample.flags
+    assert sample.status == "ok" and sample.evidence == "usage_exact"
+    # One token more than the closed reading fits no reading: a loss, flagged.
+    response = body(message, "stop", {**usage_of(base_prompt(fmt, tools=False), closed),
+                                       "completion_tokens": len(closed) + 1})
+    assert reconstruct("s", request, response, fmt, traits=SGLANG).status == "flagged"
 
 
 def test_section_before_think_end_without_counts_is_not_ok(fmt):
@@ -544,3 +550,146 @@ def test_server_prompt_ids_settle_the_rendering(fmt):
                          reference_prompt_ids=other)
     assert sample.input_ids[: sample.prompt_len] == other
     assert "prompt_from_reference" in sample.flags and sample.status == "ok"
+
+
+# -- Where a stream put the content; answers cut by `max_tokens` -----------------------------
+
+
+def sse_body(deltas, finish, usage):
+    """The body the client's stream assembler builds from these deltas, in this order."""
+    import json
+
+    from specregen.client.sse import assemble_lines
+
+    chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    chunks.append({"choices": [], "usage": usage})
+    lines = [line for c in chunks for line in (f"data: {json.dumps(c)}", "")]
+    assembled, done = assemble_lines([*lines, "data: [DONE]", ""])
+    assert done
+    return assembled
+
+
+def call_delta(index=0, call_id="functions.get_weather:0", args=ARGS):
+    return {"tool_calls": [{"index": index, "id": call_id, "type": "function",
+                            "function": {"name": "get_weather", "arguments": args}}]}
+
+
+def streamed_call(index=0, call_id="functions.get_weather:0", args=ARGS):
+    """A call as vLLM's and SGLang's stream parsers send it: opened, then its arguments."""
+    half = len(args) // 2
+    return [call_delta(index, call_id, ""),
+            {"tool_calls": [{"index": index, "function": {"arguments": args[:half]}}]},
+            {"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]}]
+
+
+def test_streamed_content_before_the_first_call_is_placed_by_the_stream(fmt):
+    # The client's assembler notes where the content deltas fell against the calls' deltas:
+    # content that all came before the first call was written before the section.
+    truth = true_ids(fmt, reasoning="Go.", content="Done.",
+                     calls=[("functions.get_weather:0", ARGS)])
+    request = {**REQUEST, "stream": True}
+    usage = usage_of(base_prompt(fmt), truth)
+    before = sse_body([{"reasoning": "Go."}, {"content": "Do"}, {"content": "ne."},
+                       *streamed_call()], "tool_calls", usage)
+    assert before["choices"][0]["specregen_stream"] == {"content_at_calls": [5],
+                                                        "call_fragments": [3]}
+    sample = reconstruct("s", request, before, fmt, traits=VLLM)
+    assert completion_of(sample) == truth
+    assert sample.status == "ok" and sample.evidence == "usage_exact"
+    # Only for a server whose stream parser sends calls as it parses them (vLLM, SGLang): a
+    # provider nobody probed may parse at the end and send all content first; a call sent
+    # whole in one delta suggests just that.
+    assert reconstruct("s", request, before, fmt).status == "flagged"
+    whole = sse_body([{"reasoning": "Go."}, {"content": "Done."}, call_delta()],
+                     "tool_calls", usage)
+    assert whole["choices"][0]["specregen_stream"]["call_fragments"] == [1]
+    assert reconstruct("s", request, whole, fmt, traits=VLLM).status == "flagged"
+    # Content that came after a call's delta was written after the section (or between its
+    # calls): where exactly, no count tells.
+    after = sse_body([{"reasoning": "Go."}, *streamed_call(), {"content": "Done."}],
+                     "tool_calls", usage)
+    assert after["choices"][0]["specregen_stream"]["content_at_calls"] == [0]
+    sample = reconstruct("s", request, after, fmt, traits=VLLM)
+    assert sample.status == "flagged" and "reading_ambiguous" in sample.flags
+    # Two calls, text between them: one offset per call, in call order.
+    between = sse_body([{"content": "A"}, *streamed_call(0), {"content": "\n"},
+                        *streamed_call(1, "functions.get_weather:1")], "tool_calls", usage)
+    assert between["choices"][0]["specregen_stream"] == {"content_at_calls": [1, 2],
+                                                         "call_fragments": [3, 3]}
+    # A record that does not fit the answer is no record.
+    broken = copy.deepcopy(before)
+    broken["choices"][0]["specregen_stream"]["content_at_calls"] = [99]
+    assert reconstruct("s", request, broken, fmt, traits=VLLM).status == "flagged"
+
+
+def test_cut_answer_with_parsed_calls_is_not_ok(fmt):
+    # Cut two tokens after its first call: the parser returns the whole call and drops the cut
+    # one; the rebuilt section end and stop count the same as the cut call's first two ids.
+    sp = fmt.tok.added_tokens
+    whole = true_ids(fmt, reasoning="Go.", calls=[("functions.get_weather:0", ARGS)])
+    truth = whole[:-2] + [sp["<|tool_call_begin|>"], *fmt.tok.encode_ordinary("functions")][:2]
+    message = {"reasoning": "Go.", "content": None, "tool_calls": [call()]}
+    # vLLM says `tool_calls` after a `length` stop when a call came back: only the count
+    # reaching `max_tokens` shows the cut.
+    request = {**REQUEST, "max_tokens": len(truth)}
+    response = body(message, "tool_calls", usage_of(base_prompt(fmt), truth))
+    sample = reconstruct("s", request, response, fmt, traits=VLLM)
+    assert sample.status == "flagged" and "max_tokens_reached" in sample.flags
+    # Said `length`: cut one token after the call, the next call's begin marker counts the same
+    # as the section end a rebuild would put there.
+    cut = [*whole[:-2], sp["<|tool_call_begin|>"]]
+    sample = reconstruct("s", {**REQUEST, "max_tokens": len(cut)},
+                         body(message, "length", usage_of(base_prompt(fmt), cut)), fmt, traits=VLLM)
+    assert len(completion_of(sample)) == len(cut) and completion_of(sample) != cut
+    assert sample.status == "flagged" and "reading_ambiguous" in sample.flags
+    # A natural stop below the limit is not in doubt.
+    roomy = {**REQUEST, "max_tokens": len(whole) + 1}
+    sample = reconstruct("s", roomy, body(message, "tool_calls", usage_of(base_prompt(fmt), whole)),
+                         fmt, traits=VLLM)
+    assert sample.status == "ok" and completion_of(sample) == whole
+
+
+def _token_with_a_cut_character(fmt):
+    """(text, token): `text` encodes to ids ending in one token of bytes B, and `token` is a
+    token of B plus the first bytes of a character (what a server's detokenizer holds back)."""
+    tok = fmt.tok
+    by_bytes = {}
+    for token_id in range(tok.base_vocab_size):
+        by_bytes.setdefault(tok.decode_bytes([token_id]), token_id)
+    for data, token_id in by_bytes.items():
+        for cut in (1, 2, 3):
+            head, tail = data[:-cut], data[-cut:]
+            if not head or tail[0] < 0xC0 or (tail[0] < 0xE0 and cut >= 2) or (
+                    tail[0] < 0xF0 and cut >= 3):
+                continue
+            try:
+                visible = head.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            text = "Answer:\n" + visible
+            ids = tok.encode_ordinary(text)
+            if tok.decode_bytes(ids[-1:]) == head:
+                return text, [*ids[:-1], token_id]
+    raise AssertionError(f"no token with a cut character in {tok.name}")
+
+
+def test_cut_inside_a_character_is_not_ok(fmt):
+    # The last token of a cut answer holds the first bytes of a character, which the server
+    # never sent: the text shows one token less of it, with the same count.
+    text, truth = _token_with_a_cut_character(fmt)
+    request = {**REQUEST, "tools": None, "chat_template_kwargs": {"thinking": False}}
+    prompt = base_prompt(fmt, thinking=False, tools=False)
+    response = body({"content": text}, "length", usage_of(prompt, truth))
+    sample = reconstruct("s", request, response, fmt)
+    assert completion_of(sample) != truth and len(completion_of(sample)) == len(truth)
+    assert sample.status == "flagged" and "truncated_tail_unknown" in sample.flags
+    # A token of only such bytes adds one to the count: a cut answer gets no tolerance.
+    shown = fmt.tok.encode_ordinary("Answer: yes.")
+    extra = {"prompt_tokens": len(prompt), "completion_tokens": len(shown) + 1}
+    plain = reconstruct("s", request, body({"content": "Answer: yes."}, "length", extra), fmt)
+    assert completion_of(plain) == shown
+    assert plain.status == "flagged" and "completion_count_inexact" in plain.flags
+    # With the server's own ids the difference shows.
+    with_ids = reconstruct("s", request, response, fmt, reference_completion_ids=truth)
+    assert with_ids.status == "flagged" and "reference_text_diff" in with_ids.flags

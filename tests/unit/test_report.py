@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from specregen.cli import app
 from specregen.inspect.view import build_view
+from specregen.models.kimi_k25 import KimiK25
 from specregen.reconstruct import reconstruct
 from specregen.report import collect, headline, render_report, sum_inference
 from specregen.report.stats import DatasetStats, histogram
@@ -31,7 +32,7 @@ def instant(fmt, sample_id="instant"):
 
 def walk_lengths(sample, tok) -> tuple[int, int, int]:
     """Reasoning (without `</think>`), content and tool-section counts by the inspector."""
-    view = build_view(sample, tok)
+    view = build_view(sample, tok, markers=KimiK25.markers)
     parts = [t.part for t in view.completion]
     reasoning = sum(p == "reasoning" for p in parts)
     reasoning -= any(t.special == "</think>" for t in view.completion)

@@ -46,6 +46,7 @@ from specregen.models.kimi_k25.format import (
     tojson,
     tools_declaration,
 )
+from specregen.models.kimi_k25.probe import make_probe_rules
 
 __all__ = [
     "ARG_BEGIN",
@@ -78,6 +79,7 @@ __all__ = [
     "has_marker_text",
     "looks_stripped",
     "make_format",
+    "make_probe_rules",
     "name_from_tool_id",
     "render_prompt_blocks",
     "render_prompt_text",

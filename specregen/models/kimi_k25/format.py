@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from specregen.models.chat_format import (
     CallStructure,
+    CompletionMarkers,
     FormatError,
     ParsedCalls,
     Reading,
@@ -382,6 +383,10 @@ def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bo
 
 
 _BLOCKWISE_MAX_CHARS = 25_000
+# The generation prompt ends every prompt, one of two texts: its ids are cached with the
+# system blocks instead of being split and encoded for each sample.
+_GENERATION_PROMPTS = frozenset(
+    f"{IM_ASSISTANT}assistant{IM_MIDDLE}{prefill}" for prefill in (THINK, THINK + THINK_END))
 _CACHE_SIZE = 256
 
 
@@ -416,6 +421,12 @@ class KimiK25:
     name = "kimi-k2.5"
     thinking_switch = THINKING_SWITCH
     default_system_prompt = DEFAULT_SYSTEM_PROMPT
+    # `R </think> C <|tool_calls_section_begin|> (call-begin ID arg-begin ARGS call-end)*
+    # <|tool_calls_section_end|> <|im_end|>`; markers and think tags written as text are flagged.
+    markers = CompletionMarkers(
+        reasoning_end=THINK_END, calls_begin=SECTION_BEGIN, call_begin=CALL_BEGIN,
+        arguments_begin=ARG_BEGIN, call_end=CALL_END, calls_end=SECTION_END, end=IM_END,
+        literals=(*TOOL_MARKERS, THINK, THINK_END))
 
     def __init__(
         self,
@@ -470,6 +481,28 @@ class KimiK25:
                         tools: list[dict[str, Any]] | None, thinking: bool,
                         traits: ProviderTraits) -> list[list[int]]:
         return kimi_readings.prompt_variants(self, messages, tools, thinking, traits)
+
+    def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
+        """The answer as a history turn. With thinking on, K2.5 servers refuse an assistant
+        tool-call turn without its `reasoning_content`, so it is always sent then (the template
+        itself drops reasoning before the last plain answer). Calls a provider left as raw
+        markers (in content, or in the reasoning when the model opened them before
+        `</think>`) become structured calls with the ids the model wrote."""
+        from specregen.models.chat_format import assistant_history_message
+
+        content, reasoning, calls = completion.content, completion.reasoning, completion.tool_calls
+        if not calls:
+            for field_name in ("content", "reasoning"):
+                text = content if field_name == "content" else reasoning
+                section = find_tool_section(text or "")
+                if section is not None:
+                    calls = section.calls
+                    if field_name == "content":
+                        content = (content or "")[: section.start]
+                    else:
+                        reasoning = (reasoning or "")[: section.start]
+                    break
+        return assistant_history_message(content, reasoning, calls, thinking=thinking)
 
     def template_text(self) -> str:
         """Our K2.5 Jinja template (written from the format's spec)."""
@@ -582,7 +615,8 @@ class KimiK25:
             return list(memo[text])
         ids: list[int] = []
         for block in blocks:
-            if block.startswith(IM_SYSTEM):
+            if block.startswith(IM_SYSTEM) or (
+                    block.startswith(IM_ASSISTANT) and block in _GENERATION_PROMPTS):
                 ids.extend(self._cached_block_ids(block))
             elif memo is None:
                 ids.extend(self.tok.encode_with_specials(block))
@@ -789,7 +823,11 @@ def make_format(tokenizer: Tokenizer, **options: Any) -> KimiK25:
 
 def source_files() -> tuple[Path, ...]:
     """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
-    return package_files(Path(__file__).resolve().parent)
+    return package_files(Path(__file__).resolve().parent, exclude=NOT_RECONSTRUCTION)
+
+
+# The emulator's served side: reconstruction never imports it (test_format_fingerprint_files).
+NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py"})
 
 # Imported last: the readings and checks modules build on the names above.
 from specregen.models.kimi_k25 import checks as kimi_checks  # noqa: E402

@@ -29,7 +29,6 @@ from specregen.models.qwen3.render import (
     tool_call_text,
     tools_system_text,
 )
-from specregen.models.qwen3.served import Qwen3Server, ServedAnswer, make_server
 from specregen.models.qwen3.tokens import (
     ADDED_IDS,
     ADDED_TOKENS,
@@ -55,16 +54,13 @@ __all__ = [
     "Assembled",
     "FormatError",
     "Qwen3",
-    "Qwen3Server",
     "RawToolCalls",
-    "ServedAnswer",
     "canonical_arguments",
     "check_tokenizer",
     "find_tool_calls",
     "is_server_tool_id",
     "last_query_index",
     "make_format",
-    "make_server",
     "render_blocks",
     "render_prompt_text",
     "render_with_template",

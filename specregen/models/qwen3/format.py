@@ -33,6 +33,7 @@ from typing import Any
 
 from specregen.models.chat_format import (
     CallStructure,
+    CompletionMarkers,
     FormatError,
     ParsedCalls,
     Reading,
@@ -154,6 +155,18 @@ class Qwen3:
     name = "qwen3"
     thinking_switch = THINKING_SWITCH
     default_system_prompt = None  # the template injects none
+    # `<think>\nR\n</think>\n\nC (<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>)*
+    # <|im_end|>`: no section and no ids, a call's body is one JSON object.
+    markers = CompletionMarkers(
+        reasoning_end=THINK_END, calls_begin=TOOL_CALL, call_begin=TOOL_CALL,
+        call_end=TOOL_CALL_END, end=IM_END, literals=TEXT_MARKERS)
+    # Every server docs/qwen3.md restates streams a call as hermes reads it (name, then
+    # argument pieces) and sends content only before the first `<tool_call>` (vLLM's
+    # `extract_tool_calls_streaming`); there is no probe to say it per provider, so the format
+    # says it (`chat_format.streams_calls_as_parsed`): the client's record of the stream's order
+    # places the content. A call sent whole (SGLang versions that stream whole blocks) leaves
+    # no record (normalize.py), so that order still proves nothing.
+    calls_streamed_as_parsed = True
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tok = tokenizer
@@ -191,13 +204,29 @@ class Qwen3:
                  thinking: bool, truncated: bool, history: int,
                  traits: ProviderTraits) -> list[Reading]:
         """One reading: vLLM's qwen3 + hermes parsers keep all text but the separators the
-        assembly restores (flagged), and re-dump non-streamed arguments (canonical assumed)."""
-        assembled = self.assemble(
-            completion.reasoning if thinking else None, completion.content, calls,
-            thinking=thinking, truncated=truncated,
-            arguments_verbatim=request.get("stream") is True)
+        assembly restores (flagged), and re-dump non-streamed arguments (canonical assumed).
+
+        A think block returned inside the content (vLLM's stream after a prompt whose last
+        think block is closed -- every later answer of a tool loop -- or a server without a
+        reasoning parser) is read as the reasoning (`reasoning_unsplit`) when that gives the
+        same text: the ids are the same either way, but the fields and flags then say what the
+        model wrote (a reasoning block, not a missing reasoning and literal think tags)."""
+        verbatim = request.get("stream") is True
+        reasoning = completion.reasoning if thinking else None
+        layout = self._layout(reasoning, completion.content, calls, thinking=thinking,
+                              truncated=truncated, arguments_verbatim=verbatim)
         flags: list[str] = []
-        if thinking and (completion.reasoning is None or reasoning_excluded(request)):
+        found = (_think_block_in_content(completion.content)
+                 if thinking and completion.reasoning is None else None)
+        if found is not None:
+            split = self._layout(*found, calls, thinking=thinking, truncated=truncated,
+                                 arguments_verbatim=verbatim)
+            if split.text == layout.text:
+                layout = split
+                flags.append("reasoning_unsplit")
+        assembled = self._encode(layout, truncated)
+        if thinking and (assembled.reasoning is None
+                         or (reasoning_excluded(request) and not found)):
             flags.append("reasoning_missing")
         if not thinking and completion.reasoning:
             # The server thought although the request said not to: not what the ids show.
@@ -226,6 +255,29 @@ class Qwen3:
             if ids not in variants:
                 variants.append(ids)
         return variants
+
+    def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
+        """The answer as a history turn: `reasoning_content` when thinking (the template keeps
+        reasoning only after the last user query and drops it before). Calls left as raw
+        `<tool_call>` text in content become structured calls; the model writes no ids, so a
+        call without one gets `call_{i}` (the template renders no ids; results need one).
+
+        With calls, the content loses its newlines at both ends: vLLM returns the separators
+        the model wrote around it ("\n\nLet me check.\n"), and the template writes them back
+        itself (after `</think>`, before `<tool_call>`); kept, they would render twice."""
+        from specregen.models.chat_format import assistant_history_message
+
+        content, calls = completion.content, completion.tool_calls
+        if not calls and content:
+            raw = find_tool_calls(content)
+            if raw is not None and raw.complete:
+                calls, content = raw.calls, content[: raw.start]
+        if calls and content:
+            content = content.strip("\n")
+        calls = [c if c.id else ToolCall(f"call_{i}", c.name, c.arguments)
+                 for i, c in enumerate(calls)]
+        return assistant_history_message(content, completion.reasoning, calls,
+                                         thinking=thinking)
 
     # -- prompt ---------------------------------------------------------------------------
 
@@ -334,11 +386,27 @@ class Qwen3:
 
         `reasoning` and `content` are used verbatim (vLLM does not trim: reasoning is usually
         "\\n...\\n" and content starts with "\\n\\n"). Content that a server dropped for being
-        whitespace next to calls is restored as the template's separator (flagged). Raw
+        whitespace next to calls (vLLM: null, SGLang: "") or stripped (SGLang) is restored with
+        the template's separators (flagged). Raw
         `<tool_call>` text left in the content (a call the parser could not read) is kept as
         the model wrote it. `arguments_verbatim` says the arguments are the model's own text
         (a streamed call); otherwise they were re-dumped and the canonical form is assumed.
         """
+        layout = self._layout(reasoning, content, tool_calls, thinking=thinking,
+                              truncated=truncated, arguments_verbatim=arguments_verbatim)
+        return self._encode(layout, truncated)
+
+    def _encode(self, layout: Assembled, truncated: bool) -> Assembled:
+        # The text is model-written, markers included: encoded in one go, `<|im_end|>` as an id.
+        layout.ids = self.tok.encode_ordinary(layout.text)
+        if not truncated:
+            layout.ids.append(self.im_end)
+        return layout
+
+    def _layout(self, reasoning: str | None, content: str | None,
+                tool_calls: Sequence[ToolCall], *, thinking: bool, truncated: bool,
+                arguments_verbatim: bool) -> Assembled:
+        """`assemble` up to the text (ids not yet encoded)."""
         flags: list[str] = []
         calls = list(tool_calls)
         api_calls = list(calls)
@@ -350,12 +418,19 @@ class Qwen3:
                 parts.append(THINK_END)
         elif thinking:
             flags.append("no_reasoning_block")
-        if content is not None:
+        # The template's layout around content that precedes calls: "</think>\n\n" before
+        # it (nothing after an empty-think prompt) and "\n" between it and the first call.
+        lead = "\n\n" if thinking and reasoning is not None else ""
+        if content is not None and calls and content == content.strip():
+            # SGLang's qwen25 parser strips the text before the calls ("" when only
+            # whitespace): the model's separators are restored as the template lays them out.
+            parts.append(lead + content + ("\n" if content else ""))
+            flags.append("content_whitespace_guessed")
+        elif content is not None:
             parts.append(content)
         elif calls:
-            # Whitespace-only content next to calls comes back null; the template shows
-            # "</think>\n\n" before the first call and nothing after an empty-think prompt.
-            parts.append("\n\n" if thinking and reasoning is not None else "")
+            # vLLM nulls whitespace-only content next to calls.
+            parts.append(lead)
             flags.append("content_whitespace_guessed")
         if calls:
             rebuilt = []
@@ -378,12 +453,18 @@ class Qwen3:
             flags.append("tool_call_in_reasoning")
         if content and (THINK in content or THINK_END in content):
             flags.append("think_tag_in_text")
-        text = "".join(parts)
-        ids = self.tok.encode_ordinary(text)
-        if not truncated:
-            ids.append(self.im_end)
-        return Assembled(ids=ids, reasoning=reasoning, content=content, tool_calls=calls,
-                         api_tool_calls=api_calls, flags=list(dict.fromkeys(flags)), text=text)
+        return Assembled(ids=[], reasoning=reasoning, content=content, tool_calls=calls,
+                         api_tool_calls=api_calls, flags=list(dict.fromkeys(flags)),
+                         text="".join(parts))
+
+
+def _think_block_in_content(content: str | None) -> tuple[str, str | None] | None:
+    """(reasoning, content after `</think>`) of a content that opens with the model's think
+    block; without `</think>` all of it is reasoning (a cut answer). None otherwise."""
+    if not content or not content.startswith(THINK):
+        return None
+    reasoning, found, rest = content[len(THINK):].partition(THINK_END)
+    return (reasoning, rest) if found else (reasoning, None)
 
 
 def structure_problems(ids: Sequence[int], marker_ids: dict[str, int], *, n_calls: int,
@@ -426,7 +507,8 @@ def structure_problems(ids: Sequence[int], marker_ids: dict[str, int], *, n_call
 
 def source_files() -> tuple[Path, ...]:
     """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
-    return package_files(Path(__file__).resolve().parent)
+    # servers.py stays in: the readings restate the servers' parsers (see format.py imports).
+    return package_files(Path(__file__).resolve().parent, exclude=frozenset({"served.py"}))
 
 
 def make_format(tokenizer: Tokenizer, **options: Any) -> Qwen3:

@@ -1,4 +1,5 @@
-"""Qwen3 behind a vLLM server (qwen3 reasoning parser + hermes tool parser), for the emulator.
+"""Qwen3 behind a vLLM server (qwen3 reasoning parser + hermes tool parser) or an SGLang server
+(qwen3 reasoning parser + qwen25 tool parser, non-streamed: profile `sglang`), for the emulator.
 
 The emulator decides WHAT the model writes (reasoning, content, calls as argument objects);
 this module says how Qwen3 writes it as ids (`servers.model_ids`, segment by segment, written
@@ -20,10 +21,13 @@ from typing import Any
 
 from specregen.models.qwen3.servers import (
     MarkerIds,
+    RequestError,
     decode_output,
     encode_prompt,
     model_ids,
     parse,
+    sglang_encode_prompt,
+    sglang_parse,
     template_kwargs,
 )
 from specregen.models.tokenizer import Tokenizer
@@ -43,15 +47,31 @@ class ServedAnswer:
 
 
 class Qwen3Server:
-    """The served side of the qwen3 format over a tokenizer."""
+    """The served side of the qwen3 format over a tokenizer (`family`: "vllm", the default, or
+    "sglang")."""
 
     format_name = "qwen3"
     # Where vLLM (>= 0.10) and OpenRouter put the reasoning text.
     reasoning_field = "reasoning"
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, family: str = "vllm") -> None:
         self.tok = tokenizer
         self.markers = MarkerIds.of(tokenizer)
+        self.family = family
+        if family == "sglang":
+            self.reasoning_field = "reasoning_content"
+
+    def for_profile(self, profile: str) -> Qwen3Server:
+        """The server an emulator profile runs: `sglang` is SGLang, every other one vLLM."""
+        family = "sglang" if profile == "sglang" else "vllm"
+        return self if family == self.family else Qwen3Server(self.tok, family)
+
+    def call_id(self, bits: int) -> str:
+        """A tool-call id as the server makes it from 128 random bits: vLLM
+        `chatcmpl-tool-<uuid4 hex>`, SGLang `call_<uuid4 hex[:24]>`."""
+        if self.family == "sglang":
+            return f"call_{bits:032x}"[:29]
+        return f"chatcmpl-tool-{bits:032x}"
 
     def upstream_request(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request as the vLLM server behind the API sees it: a dialect's thinking switch
@@ -80,7 +100,12 @@ class Qwen3Server:
         """The model writes `reasoning` (when it thinks), `content` and `calls` (name,
         argument object); the server renders the prompt and parses the ids back."""
         upstream = self.upstream_request(request)
-        prompt = encode_prompt(upstream, self.tok)
+        stream = request.get("stream") is True
+        if self.family == "sglang" and stream:
+            raise RequestError("the sglang profile restates SGLang's non-streamed answers only"
+                               " (docs/qwen3.md); send stream=false")
+        prompt = (sglang_encode_prompt(upstream, self.tok) if self.family == "sglang"
+                  else encode_prompt(upstream, self.tok))
         written = [(name, self.arguments_text(args)) for name, args in calls]
         ids = model_ids(self.tok, reasoning=reasoning if self.thinking(request) else None,
                         content=content, calls=written)
@@ -88,8 +113,10 @@ class Qwen3Server:
         if truncated:
             ids = ids[:max_tokens]
         out = decode_output(ids, self.tok, truncated)
-        parsed = parse(out, upstream, self.markers, stream=request.get("stream") is True,
-                       prompt_ids=prompt)
+        if self.family == "sglang":
+            parsed = sglang_parse(out, upstream)
+        else:
+            parsed = parse(out, upstream, self.markers, stream=stream, prompt_ids=prompt)
         return ServedAnswer(
             prompt_ids=prompt, ids=list(ids), reasoning=parsed.reasoning,
             content=parsed.content,

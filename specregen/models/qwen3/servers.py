@@ -1,5 +1,6 @@
-"""What a vLLM server (`--reasoning-parser qwen3 --tool-call-parser hermes`) makes of a Qwen3
-request and completion: a re-statement, in our own code, of the upstream behaviour described in
+"""What a vLLM server (`--reasoning-parser qwen3 --tool-call-parser hermes`) and an SGLang server
+(`--reasoning-parser qwen3 --tool-call-parser qwen25`, non-streamed) make of a Qwen3 request and
+completion: a re-statement, in our own code, of the upstream behaviour described in
 docs/qwen3.md, which names the upstream files and functions each rule comes from.
 
 The parsers see the completion as the detokenizer gives it: the stop token (`<|im_end|>` or
@@ -471,6 +472,160 @@ def _stream(out: Output, request: dict[str, Any], ids: MarkerIds,
     if calls and not out.truncated:
         finish = "tool_calls"
     return Parsed("".join(reasoning) if reasoning else None, content or None, calls, finish)
+
+
+# ---------------------------------------------------------------------------------------------
+# SGLang: `--reasoning-parser qwen3 --tool-call-parser qwen25` (non-streamed; docs/qwen3.md)
+
+SGLANG_CALL_OPEN = TOOL_CALL + "\n"  # `Qwen25Detector.bot_token`
+SGLANG_CALL_CLOSE = "\n" + TOOL_CALL_END  # `Qwen25Detector.eot_token`
+_SGLANG_BLOCK = re.compile(re.escape(SGLANG_CALL_OPEN) + "(.*?)" + re.escape(SGLANG_CALL_CLOSE),
+                           re.DOTALL)
+
+
+def sglang_server_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The message dicts SGLang hands to the template (`serving_chat._apply_jinja_template`):
+    each message is its request model's dump, so a non-user message carries `tool_call_id`,
+    `name`, `reasoning_content` and `tool_calls` (None when absent; `reasoning` is not a field
+    and is dropped); history arguments must be JSON objects (`parse_tool_call_arguments`, else
+    400); a tool message's text parts are joined with spaces (`normalize_tool_content`); null
+    content is ""; a final assistant message becomes a user message
+    (`_handle_last_assistant_message`, no `continue_final_message`)."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        content = message.get("content")
+        if isinstance(content, list):
+            if role != "tool" or not all(
+                    isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+                    for p in content):
+                raise RequestError(f"messages[{i}].content: a list is restated for tool "
+                                   "messages of text parts only (SGLang profile)")
+            content = " ".join(p if isinstance(p, str) else p.get("text", "") for p in content)
+        if role == "user":
+            out.append({"role": role, "content": "" if content is None else content})
+            continue
+        calls = message.get("tool_calls")
+        dumped = None
+        if isinstance(calls, list):
+            dumped = []
+            for j, call in enumerate(calls):
+                fn = call.get("function") or {}
+                args = fn.get("arguments")
+                if role == "assistant" and isinstance(args, str):
+                    args = _sglang_arguments(i, j, args)
+                dumped.append({"id": call.get("id"), "index": call.get("index"),
+                               "type": call.get("type", "function"),
+                               "function": {"name": fn.get("name"), "arguments": args}})
+        out.append({"role": role, "content": "" if content is None else content,
+                    "tool_call_id": message.get("tool_call_id"), "name": message.get("name"),
+                    "reasoning_content": message.get("reasoning_content"),
+                    "tool_calls": dumped})
+    if out and out[-1]["role"] == "assistant" and isinstance(out[-1]["content"], str):
+        out[-1] = {"role": "user", "content": out[-1]["content"]}
+    return out
+
+
+def _sglang_arguments(i: int, j: int, arguments: str) -> dict[str, Any]:
+    where = f"messages[{i}].tool_calls[{j}].function.arguments"
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError:
+        raise RequestError(f"{where}: must be valid JSON") from None
+    if not isinstance(parsed, dict):
+        raise RequestError(f"{where}: must be a JSON object")
+    return parsed
+
+
+def sglang_render_prompt_text(request: dict[str, Any], template: str | None = None) -> str:
+    """The prompt SGLang renders: its message handling, tools left out when `tool_choice` is
+    "none", the template through transformers with the request's `enable_thinking`."""
+    tools = request.get("tools") or None
+    if request.get("tool_choice") == "none":
+        tools = None
+    return render_with_template(
+        template if template is not None else template_text(),
+        sglang_server_messages(request["messages"]), tools,
+        enable_thinking=template_kwargs(request).get("enable_thinking"))
+
+
+def sglang_encode_prompt(request: dict[str, Any], tok: Tokenizer, template: str | None = None
+                         ) -> list[int]:
+    return tok.encode_with_specials(sglang_render_prompt_text(request, template))
+
+
+def sglang_forces_reasoning(request: dict[str, Any]) -> bool:
+    """`serving_chat._get_reasoning_from_request` for the qwen3 parser (`reasoning_default =
+    "enable_thinking"`): forced unless the request sets `enable_thinking` to false."""
+    return template_kwargs(request).get("enable_thinking") is not False
+
+
+def sglang_split_reasoning(text: str, forced: bool) -> tuple[str, str]:
+    """`BaseReasoningFormatDetector._detect_and_parse_impl` with the `Qwen3Detector` tokens:
+    (reasoning, normal text). In reasoning when forced or when `<think>` occurs anywhere;
+    leading `<think>` strings are dropped; the split is at the first `</think>`, else at the
+    first `<tool_call>` (which stays in the normal text), else everything is reasoning."""
+    if not (forced or THINK in text):
+        return "", text
+    while text.startswith(THINK):
+        text = text[len(THINK):]
+    if THINK_END not in text:
+        at = text.find(TOOL_CALL)
+        if at != -1:
+            return text[:at], text[at:]
+        return text, ""
+    reasoning, _, normal = text.partition(THINK_END)
+    return reasoning, normal
+
+
+def qwen25_extract(text: str, tool_names: Sequence[str]
+                   ) -> tuple[bool, tuple[ServerCall, ...] | None, str]:
+    """`Qwen25Detector.detect_and_parse` + `parse_base_json`, as `_process_tool_calls` uses
+    them: (triggered, calls, normal text). Triggered by `<tool_call>\n`; the normal text is
+    what precedes it, stripped; each `<tool_call>\n...\n</tool_call>` block is JSON-parsed on
+    its own (a bad block is skipped, the others kept); a call to a function not in `tools` is
+    dropped; arguments are `json.dumps(..., ensure_ascii=False)` of the parsed value. A block
+    that parses to something without `.get` raises in upstream, which then returns the whole
+    text as content and no calls (None here)."""
+    at = text.find(SGLANG_CALL_OPEN)
+    if at == -1:
+        return False, (), text
+    normal = text[:at].strip()
+    calls: list[ServerCall] = []
+    for match in _SGLANG_BLOCK.finditer(text):
+        try:
+            value = json.loads(match.group(1).strip())
+        except json.JSONDecodeError:
+            continue
+        for act in value if isinstance(value, list) else [value]:
+            if not isinstance(act, dict):
+                return True, None, text
+            name = act.get("name")
+            if name and name in tool_names:
+                arguments = act.get("parameters") or act.get("arguments", {})
+                calls.append(ServerCall(name, json.dumps(arguments, ensure_ascii=False),
+                                        len(calls)))
+    return True, tuple(calls), normal
+
+
+def sglang_parse(out: Output, request: dict[str, Any]) -> Parsed:
+    """The fields a non-streamed SGLang answer carries (`_build_chat_response`): reasoning
+    (`reasoning_content`, None when empty), content ("" rather than null), calls, finish."""
+    reasoning, text = sglang_split_reasoning(out.text, sglang_forces_reasoning(request))
+    if template_kwargs(request).get("force_nonempty_content") is True and not text:
+        reasoning, text = text, reasoning  # `_maybe_apply_force_nonempty_content`
+    finish = "length" if out.truncated else "stop"
+    calls: tuple[ServerCall, ...] = ()
+    if parses_tools(request):
+        names = [t["function"]["name"] for t in request.get("tools") or ()
+                 if isinstance(t, dict) and isinstance(t.get("function"), dict)
+                 and t["function"].get("name")]
+        triggered, found, normal = qwen25_extract(text, names)
+        if triggered and found is not None:
+            calls, text = found, normal
+            if finish == "stop":
+                finish = "tool_calls"  # on the marker alone, even when no call parsed
+    return Parsed(reasoning or None, text or "", calls, finish)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 the K2.5 chat template rendered by transformers, then the tokenizer with special tokens allowed.
 
 This is written from the servers' code (docs/upstream-parsers.md, "Prompt side"), not from our
-renderer in `models/kimi_k25/format.py`: the emulator's prompt ids are what the server would
-have fed the model, so reconstruction is measured against the server, not against itself.
+renderer in `format.py`: the emulator's prompt ids are what the server would have fed the model,
+so reconstruction is measured against the server, not against itself. A request the server
+refuses raises `FormatError` (the emulator answers it with a 400 naming the field).
 
 * vLLM (`chat_utils._parse_chat_message_content`, `_postprocess_messages`): history tool-call
   arguments are parsed and handed to the template as objects (re-serialised by `tojson`); empty
@@ -24,15 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import specregen.models.kimi_k25 as kimi_pkg
-from specregen.emulator.generate import RequestError
-from specregen.models.kimi_k25 import tools_declaration
+from specregen.models.chat_format import FormatError
+from specregen.models.kimi_k25.format import tools_declaration
 from specregen.models.kimi_k25.tools_ts import deep_sort
 from specregen.models.tokenizer import Tokenizer
 
 Family = Literal["vllm", "sglang"]
 
-TEMPLATE_PATH = Path(kimi_pkg.__file__).parent / "chat_template.jinja"
+TEMPLATE_PATH = Path(__file__).resolve().parent / "chat_template.jinja"
 
 
 def template_text() -> str:
@@ -83,13 +83,13 @@ def _arguments(i: int, j: int, value: Any, *, family: Family) -> Any:
     if family == "vllm" and not value:
         return {}
     if not isinstance(value, str):
-        raise RequestError(f"{where} must be a JSON string")
+        raise FormatError(f"{where} must be a JSON string")
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise RequestError(f"{where} is not valid JSON: {exc}") from None
+        raise FormatError(f"{where} is not valid JSON: {exc}") from None
     if family == "sglang" and not isinstance(parsed, dict):
-        raise RequestError(f"{where} must be a JSON object")
+        raise FormatError(f"{where} must be a JSON object")
     return parsed
 
 

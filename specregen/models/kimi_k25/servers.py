@@ -1,6 +1,8 @@
 """What vLLM's and SGLang's Kimi parsers make of a K2.5 completion: a re-statement, in our own
 code, of the upstream behaviour described in docs/upstream-parsers.md (which names the upstream
-files and functions each rule comes from).
+files and functions each rule comes from). The emulator's profiles `vllm` (vLLM's kimi_k2
+reasoning and tool parsers), `vllm-k25` (the kimi_k25 reasoning parser), `sglang` and
+`sglang-noforce` (SGLang's KimiK2Detector, forced or not) run it (`served.py`).
 
 The parsers see the completion as the server's detokenizer gives it: the stop token
 `<|im_end|>` is not in the text, while `<think>`, `</think>` and the tool markers are (they are
@@ -17,13 +19,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specregen.models.kimi_k25 import (
+from specregen.models.kimi_k25.format import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
+    IM_END,
     SECTION_BEGIN,
     SECTION_END,
     THINK,
@@ -89,6 +92,10 @@ class Parsed:
     content: str | None
     calls: tuple[ServerCall, ...]
     finish_reason: str
+    # Streams only: for each call, how many characters of `content` the stream had sent
+    # before the call's first delta (text between calls or after the section comes after
+    # them). None: all content before the calls.
+    content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,31 +111,30 @@ class MarkerIds:
     def of(cls, tok: Tokenizer) -> MarkerIds:
         return cls(tok.token_id(THINK_END), tok.token_id(SECTION_BEGIN),
                    tok.token_id(SECTION_END), tok.token_id(CALL_BEGIN), tok.token_id(CALL_END),
-                   tok.token_id("<|im_end|>"))
+                   tok.token_id(IM_END))
 
 
 def decode_output(ids: Sequence[int], tok: Tokenizer, truncated: bool) -> Output:
-    """Incremental detokenization: a step's bytes are held back until they complete a UTF-8
-    character; the stop token is never detokenized; at a cut the held-back bytes are lost."""
-    stop = tok.token_id("<|im_end|>")
+    """Incremental detokenization as vLLM's detokenizer does it (`detokenize_incrementally`,
+    and the fast path's `DecodeStream` alike): the tokens since the last emitted text are
+    decoded together and the WHOLE step is held back while the result ends in U+FFFD (an
+    incomplete UTF-8 character), not only its unfinished bytes -- so a token like
+    ` \xf0\x9f\x94` (a space and the head of an emoji) sends "" and its space comes with the
+    next step. The stop token is never detokenized; at a cut the held-back text is lost."""
+    stop = tok.token_id(IM_END)
     deltas: list[Delta] = []
     pending = b""
     for token_id in ids:
         if token_id == stop:
             break
         pending += tok.decode_bytes([token_id])
-        text, pending = _complete_utf8(pending)
-        deltas.append(Delta(text, token_id))
-    return Output("".join(d.text for d in deltas), tuple(deltas), truncated)
-
-
-def _complete_utf8(data: bytes) -> tuple[str, bytes]:
-    for cut in range(len(data), max(-1, len(data) - 4), -1):
-        try:
-            return data[:cut].decode("utf-8"), data[cut:]
-        except UnicodeDecodeError:
+        text = pending.decode("utf-8", errors="replace")
+        if text.endswith("\ufffd"):
+            deltas.append(Delta("", token_id))
             continue
-    return data.decode("utf-8", errors="replace"), b""
+        deltas.append(Delta(text, token_id))
+        pending = b""
+    return Output("".join(d.text for d in deltas), tuple(deltas), truncated)
 
 
 def request_thinking(request: dict[str, Any]) -> bool:
@@ -257,9 +263,12 @@ def _vllm_stream(server: Server, out: Output, request: dict[str, Any], ids: Mark
         if c_text is not None:
             content.append(c_text)
     calls: tuple[ServerCall, ...] = ()
+    at: tuple[int, ...] | None = None
     if tool_phase:
-        text_parts, calls = _vllm_stream_tools(tool_phase, ids)
+        before = sum(len(c) for c in content)
+        text_parts, calls, positions = _vllm_stream_tools(tool_phase, ids)
         content.extend(text_parts)
+        at = tuple(before + p for p in positions) if calls else None
     # The stream says tool_calls only after a natural stop (a `length` stop stays `length`).
     finish = "length" if out.truncated else "tool_calls" if calls else "stop"
     return Parsed(
@@ -267,16 +276,19 @@ def _vllm_stream(server: Server, out: Output, request: dict[str, Any], ids: Mark
         "".join(content) if content else None,
         calls,
         finish,
+        at,
     )
 
 
 def _vllm_stream_tools(deltas: Sequence[Delta], ids: MarkerIds
-                       ) -> tuple[list[str], tuple[ServerCall, ...]]:
+                       ) -> tuple[list[str], tuple[ServerCall, ...], tuple[int, ...]]:
     """The kimi_k2 tool parser's stream: text before the section and after it (and between
     calls) goes out as content; the run between the section begin and the first call is
-    suppressed; each call is the regex's id and trimmed arguments."""
+    suppressed; each call is the regex's id and trimmed arguments. Also, per call, the
+    characters of content sent before it."""
     content: list[str] = []
     calls: list[ServerCall] = []
+    positions: list[int] = []
     state = "text"  # text -> preamble -> call -> between -> text (after the section end)
     call_text: list[str] = []
     for delta in deltas:
@@ -300,8 +312,9 @@ def _vllm_stream_tools(deltas: Sequence[Delta], ids: MarkerIds
                 if found:
                     c = found[0]
                     calls.append(ServerCall(c.id, c.name, c.arguments, len(calls)))
+                    positions.append(sum(len(t) for t in content))
                 state = "between"
-    return [c for c in content if c], tuple(calls)
+    return [c for c in content if c], tuple(calls), tuple(positions)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,10 +367,10 @@ def _sglang_stream(server: Server, out: Output, request: dict[str, Any]) -> Pars
     finish = "length" if out.truncated else "stop"
     if not parses_tools(request):
         return Parsed(reasoning, "".join(chunks), (), finish)
-    content, calls = _sglang_stream_tools(chunks, history_tool_calls(request["messages"]))
+    content, calls, at = _sglang_stream_tools(chunks, history_tool_calls(request["messages"]))
     if calls and finish == "stop":
         finish = "tool_calls"
-    return Parsed(reasoning, content, calls, finish)
+    return Parsed(reasoning, content, calls, finish, at if calls else None)
 
 
 def _sglang_stream_reasoning(steps: Sequence[str], forced: bool
@@ -403,10 +416,12 @@ def _sglang_stream_reasoning(steps: Sequence[str], forced: bool
 
 
 def _sglang_stream_tools(chunks: Sequence[str], history: int
-                         ) -> tuple[str, tuple[ServerCall, ...]]:
+                         ) -> tuple[str, tuple[ServerCall, ...], tuple[int, ...]]:
     """KimiK2Detector.parse_streaming_increment, step by step, then the serving layer's
-    end-of-stream top-up of the last call's arguments."""
+    end-of-stream top-up of the last call's arguments. Also, per call, the characters of
+    content sent before it opened."""
     content: list[str] = []
+    positions: list[int] = []
     names: list[str] = []
     args: list[str] = []
     parsed_args: list[Any] = []
@@ -428,6 +443,7 @@ def _sglang_stream_tools(chunks: Sequence[str], history: int
         if not name_sent:
             # The step that completes the id opens the call; its arguments wait a step.
             names.append(id_match.group("name"))
+            positions.append(sum(len(t) for t in content))
             args.append("")
             parsed_args.append({})
             name_sent = True
@@ -453,7 +469,7 @@ def _sglang_stream_tools(chunks: Sequence[str], history: int
             args[-1] += expected.replace(args[-1], "", 1)
     calls = tuple(ServerCall(f"functions.{name}:{history + i}", name, a, i)
                   for i, (name, a) in enumerate(zip(names, args, strict=True)))
-    return "".join(content), calls
+    return "".join(content), calls, tuple(positions)
 
 
 def _drop_end_markers(text: str) -> str:

@@ -1,0 +1,51 @@
+"""Whole conversations regenerated turn by turn (issue 10): the plan, its walk, its replay."""
+
+from specregen.conversation.plan import (
+    STOP_REASONS,
+    Answer,
+    ConversationError,
+    ConversationPlan,
+    DatasetStep,
+    Next,
+    Request,
+    Stop,
+    StopReason,
+    UserTurn,
+    advance,
+    calls_match,
+    message_calls,
+    plan_conversation,
+    readdressed_results,
+    request_id,
+    sample_id,
+)
+from specregen.conversation.replay import (
+    answer_from_completion,
+    answer_from_record,
+    conversation_answers,
+    failed_answer,
+)
+
+__all__ = [
+    "STOP_REASONS",
+    "Answer",
+    "ConversationError",
+    "ConversationPlan",
+    "DatasetStep",
+    "Next",
+    "Request",
+    "Stop",
+    "StopReason",
+    "UserTurn",
+    "advance",
+    "answer_from_completion",
+    "answer_from_record",
+    "calls_match",
+    "conversation_answers",
+    "failed_answer",
+    "message_calls",
+    "plan_conversation",
+    "readdressed_results",
+    "request_id",
+    "sample_id",
+]

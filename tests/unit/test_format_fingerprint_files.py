@@ -1,0 +1,44 @@
+"""The reconstruct fingerprint holds the files that decide the ids, and only those: a module left
+out must really be outside reconstruction (checked by importing the path in a fresh process)."""
+
+import subprocess
+import sys
+
+from specregen.models.registry import format_source_files
+
+PROBE = """
+import sys
+from specregen.models.registry import get_format
+from specregen.models.tokenizer import load_tokenizer
+from specregen.reconstruct import reconstruct
+fmt = get_format({name!r}, load_tokenizer({tok!r}))
+request = {{"model": "m", "messages": [{{"role": "user", "content": "hi"}}]}}
+response = {{"choices": [{{"message": {{"role": "assistant", "content": "hello"}},
+              "finish_reason": "stop"}}], "usage": {{}}}}
+reconstruct("s", request, response, fmt)
+print("\\n".join(sorted(sys.modules)))
+"""
+
+
+def _imported(name: str, tok: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(name=name, tok=tok)],
+                         capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+def test_files_left_out_are_never_imported_by_reconstruction():
+    for name, tok, package in (("kimi-k2.5", "mini", "specregen.models.kimi_k25"),
+                               ("qwen3", "mini-qwen3", "specregen.models.qwen3")):
+        files = {p.stem for p in format_source_files(name) if p.parent.name in package}
+        modules = _imported(name, tok)
+        used = {m.rsplit(".", 1)[1] for m in modules if m.startswith(package + ".")}
+        # Whatever reconstruction imports from the package is fingerprinted...
+        assert used <= files, (name, used - files)
+        # ...and the emulator's served side is not (editing it reruns nothing).
+        assert "served" not in files
+
+
+def test_kimi_fingerprint_keeps_the_readings_and_the_template():
+    names = {p.name for p in format_source_files("kimi-k2.5")}
+    assert {"format.py", "readings.py", "checks.py", "chat_template.jinja"} <= names
+    assert not names & {"served.py", "servers.py", "serverside.py"}
