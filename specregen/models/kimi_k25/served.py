@@ -282,15 +282,22 @@ def _plan_calls(
         if rng.random() < config.wrong_tool_index_rate:
             index += 1
         arguments = writer.arguments(rng, tool.parameters)
-        if rng.random() < config.tool_args_whitespace_rate:
-            arguments = rng.choice([" ", "\n"]) + arguments + rng.choice(["", " ", "\n"])
-        call_id = f"functions.{tool.name}:{index}"
-        if shapes.random() < config.bare_tool_id_rate:
-            call_id = f"{tool.name}:{index}"
-        if shapes.random() < config.tool_id_whitespace_rate:
-            call_id = shapes.choice([" ", "\n"]) + call_id + shapes.choice(["", " ", "\n"])
-        calls.append(PlannedCall(call_id, tool.name, arguments))
+        calls.append(_shaped_call(rng, shapes, config, tool.name, index, arguments))
     return calls
+
+
+def _shaped_call(rng: random.Random, shapes: random.Random, config: Any, name: str, index: int,
+                 arguments: str) -> PlannedCall:
+    """A call as K2.5 writes it (`functions.NAME:IDX`), with the config's shape knobs applied:
+    whitespace around the arguments, a bare id, whitespace around the id."""
+    if rng.random() < config.tool_args_whitespace_rate:
+        arguments = rng.choice([" ", "\n"]) + arguments + rng.choice(["", " ", "\n"])
+    call_id = f"functions.{name}:{index}"
+    if shapes.random() < config.bare_tool_id_rate:
+        call_id = f"{name}:{index}"
+    if shapes.random() < config.tool_id_whitespace_rate:
+        call_id = shapes.choice([" ", "\n"]) + call_id + shapes.choice(["", " ", "\n"])
+    return PlannedCall(call_id, name, arguments)
 
 
 def _script_calls(
@@ -310,14 +317,7 @@ def _script_calls(
             index += 1
         arguments = call.text if call.text is not None else json.dumps(call.arguments,
                                                                         ensure_ascii=False)
-        if rng.random() < config.tool_args_whitespace_rate:
-            arguments = rng.choice([" ", "\n"]) + arguments + rng.choice(["", " ", "\n"])
-        call_id = f"functions.{call.name}:{index}"
-        if shapes.random() < config.bare_tool_id_rate:
-            call_id = f"{call.name}:{index}"
-        if shapes.random() < config.tool_id_whitespace_rate:
-            call_id = shapes.choice([" ", "\n"]) + call_id + shapes.choice(["", " ", "\n"])
-        calls.append(PlannedCall(call_id, call.name, arguments))
+        calls.append(_shaped_call(rng, shapes, config, call.name, index, arguments))
     return calls
 
 
