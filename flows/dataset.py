@@ -163,6 +163,7 @@ def summary_markdown(summary: dict) -> str:
     rows = [
         ("prompts", summary["prompts"]),
         ("rows refused by the adapter", summary["rejected_rows"]),
+        ("prompts not sent (over the context, not JSON)", summary.get("rejected_requests", 0)),
         ("requests sent", summary["requests_sent"]),
         ("permanently failed", summary["failed_requests"]),
         ("accepted", gate.get("accepted")),

@@ -194,6 +194,15 @@ class PipelineConfig(BaseModel):
         return self.endpoint.format_name
 
     @model_validator(mode="after")
+    def _format_known(self) -> PipelineConfig:
+        # Every dataset is reconstructed: a model no format claims must name its format here,
+        # not fall back to another family's and publish wrong ids.
+        from specregen.models.registry import resolve_format_name
+
+        resolve_format_name(self.endpoint.format, self.endpoint.model)
+        return self
+
+    @model_validator(mode="after")
     def _conversations_realtime(self) -> PipelineConfig:
         # Each request of a conversation waits for the answer before it: no batch API.
         whole = [d.name for d in self.datasets if d.turns == "all"]

@@ -51,7 +51,7 @@ def normalize_response(body: dict[str, Any]) -> Completion:
         reasoning=reasoning,
         content=content,
         tool_calls=tool_calls,
-        content_at_calls=_content_at_calls(choice.get(STREAM_KEY), content, len(tool_calls)),
+        content_at_calls=_content_at_calls(choice.get(STREAM_KEY), content, tool_calls),
         finish_reason=choice.get("finish_reason"),
         native_finish_reason=choice.get("native_finish_reason"),
         usage=body.get("usage") or {},
@@ -60,17 +60,23 @@ def normalize_response(body: dict[str, Any]) -> Completion:
     )
 
 
-def _content_at_calls(note: Any, content: str | None, calls: int) -> tuple[int, ...] | None:
+def _content_at_calls(note: Any, content: str | None,
+                      calls: list[ToolCall]) -> tuple[int, ...] | None:
     """The stream's record of where the content stood, when it fits this answer (one
     non-decreasing offset into the content per call) and the calls were streamed as they were
     parsed (each in more than one delta: a call sent whole suggests a server that parsed the
-    calls at the end and sent them after all the content); anything else is no record."""
+    calls at the end and sent them after all the content); anything else is no record.
+
+    A call in one delta with empty arguments counts as streamed: SGLang's stream parser never
+    sends falsy arguments (`{}`), so its name delta is all it sends, while a server sending
+    whole calls sends at least `{}`."""
     at = note.get("content_at_calls") if isinstance(note, dict) else None
-    if not isinstance(at, list) or len(at) != calls or not calls:
+    if not isinstance(at, list) or len(at) != len(calls) or not calls:
         return None
     fragments = note.get("call_fragments")
-    if not isinstance(fragments, list) or len(fragments) != calls or not all(
-            type(n) is int and n >= 2 for n in fragments):
+    if not isinstance(fragments, list) or len(fragments) != len(calls) or not all(
+            type(n) is int and (n >= 2 or (n == 1 and call.arguments == ""))
+            for n, call in zip(fragments, calls, strict=True)):
         return None
     size = len(content or "")
     if not all(type(n) is int and 0 <= n <= size for n in at) or at != sorted(at):

@@ -97,6 +97,12 @@ class ReconstructConfig:
     tolerance: UsageTolerance = field(default_factory=UsageTolerance)
 
 
+# The defaults, built once: both are frozen, and building them per sample cost more than
+# the checks that read them.
+_DEFAULT_CONFIG = ReconstructConfig()
+_NO_TRAITS = ProviderTraits()
+
+
 def reconstruct(
     sample_id: str,
     request: dict[str, Any],
@@ -114,8 +120,8 @@ def reconstruct(
     `reference_*_ids`: the ids the server says it used (vLLM's `return_token_ids`); the prompt
     ids are also taken from the response body's `prompt_token_ids` when it carries them.
     """
-    config = config or ReconstructConfig()
-    traits = traits or ProviderTraits()
+    config = config or _DEFAULT_CONFIG
+    traits = traits or _NO_TRAITS
     messages = request.get("messages") if isinstance(request, dict) else None
     if not isinstance(messages, list) or not messages:
         return TokenSample.failed(sample_id, "request has no 'messages' list")
@@ -226,10 +232,12 @@ def reconstruct(
     breaking = TRUST_BREAKING_FLAGS.intersection(flags) - settled
     status = "flagged" if breaking else "ok"
     assembled = chosen.assembled
+    loss_mask = [0] * len(prompt_ids)  # (`[0] * p + [1] * c` without its intermediate list)
+    loss_mask += [1] * len(completion_ids)
     return TokenSample(
         sample_id=sample_id,
         input_ids=prompt_ids + completion_ids,
-        loss_mask=[0] * len(prompt_ids) + [1] * len(completion_ids),
+        loss_mask=loss_mask,
         prompt_len=len(prompt_ids),
         completion_len=len(completion_ids),
         status=status,

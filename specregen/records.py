@@ -57,6 +57,9 @@ class ProviderTraits:
     # reasoning text (vLLM's parsers, docs/upstream-parsers.md), so parsed calls after a
     # reasoning mean the model did close it. (Streamed, one vLLM parser ends it too.)
     ends_reasoning_at_tools: bool | None = None
+    # The text before the tool calls comes back stripped of its whitespace (SGLang's qwen25
+    # detector, non-streamed); False: returned as written (vLLM's hermes). Qwen3 reads it.
+    strips_content_beside_calls: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,11 @@ from specregen.client.engine import (
     _lift_token_ids,
     run_inference,
 )
-from specregen.client.request import build_request, request_fingerprint, storable_request
+from specregen.client.request import (
+    TRANSPORT_FIELDS,
+    admit,
+    storable_request,
+)
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.transport import classify_status, judge_body
 from specregen.records import Prompt
@@ -280,29 +284,19 @@ class _BatchRun:
                 self.summary.duplicates += 1
                 continue
             seen.add(sample_id)
-            try:
-                body = build_request(prompt, self.cfg)
-                fingerprint = request_fingerprint(body)
-            except (ValueError, TypeError, RecursionError) as exc:
-                self._reject(sample_id, f"cannot be sent as JSON: {exc}")
-                continue
-            # A batch request is answered whole: no stream (the fingerprint excludes it).
-            body.pop("stream", None)
-            body.pop("stream_options", None)
-            key = (sample_id, fingerprint)
-            status = self.history.final.get(key)
-            if status in FINAL_ANSWER or (status == "failed" and not self.retry_failed):
+            admitted = admit(prompt, self.cfg, self.history, retry_failed=self.retry_failed,
+                             prompt_check=self.prompt_check)
+            if admitted is None:
                 self.summary.skipped += 1
                 continue
-            if self.prompt_check is not None:
-                reason = self.prompt_check(prompt, body)
-                if reason is not None:
-                    self._reject(sample_id, reason)
-                    continue
-            cid = custom_id(sample_id, fingerprint)
-            self.jobs[cid] = _Job(prompt, body, fingerprint, cid,
-                                  attempt=self.history.last_attempt.get(key, 0) + 1,
-                                  tries=self.history.open_attempts.get(key, 0))
+            if isinstance(admitted, str):
+                self._reject(sample_id, admitted)
+                continue
+            # A batch request is answered whole: no stream (the fingerprint excludes it).
+            body = {k: v for k, v in admitted.body.items() if k not in TRANSPORT_FIELDS}
+            cid = custom_id(sample_id, admitted.fingerprint)
+            self.jobs[cid] = _Job(prompt, body, admitted.fingerprint, cid,
+                                  attempt=admitted.attempt, tries=admitted.tries)
 
     def _reject(self, sample_id: str | None, reason: str) -> None:
         self.rejects.append(RejectRecord(reason=reason, sample_id=sample_id))

@@ -333,10 +333,16 @@ def _run(
         check = context_check(cfg, tokenizer, cfg.max_context_tokens)
         checked = preflight(prompts_path, cfg, _first_request_check(check),
                             partial(parse_prompt_line, turns=turns))
-        if cfg.mode == "batch" and any(p.turns == "all" for p in checked.prompts):
-            raise UsageError("whole conversations (turns: all) cannot run in batch mode: each"
-                             " request waits for the answer before it",
-                             hint="use --mode realtime")
+        if any(p.turns == "all" for p in checked.prompts):
+            if cfg.mode == "batch":
+                raise UsageError("whole conversations (turns: all) cannot run in batch mode:"
+                                 " each request waits for the answer before it",
+                                 hint="use --mode realtime")
+            # Each later request carries the model's answers in the format's history shape:
+            # UnknownFormatError (a UsageError naming --format) for a model no format claims.
+            from specregen.models.registry import resolve_format_name
+
+            resolve_format_name(cfg.format, cfg.model)
         for reject in checked.rejects:
             where = f"line {reject.line}" if reject.line is not None else "prompt"
             # The reason quotes input text: escaped, so "[/x]" in a prompt is not Rich markup.

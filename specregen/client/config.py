@@ -161,8 +161,9 @@ class EndpointConfig(BaseModel):
     # chat_template_kwargs key, Moonshot `thinking`); None sends nothing and leaves the server
     # default (thinking on).
     thinking: bool | None = None
-    # The model's chat format (specregen/models/registry.py); None: the one `model` names, else
-    # the default. The pipeline config's top-level `format:` is copied here.
+    # The model's chat format (specregen/models/registry.py); None: the one `model` names (a
+    # model no format claims is an error wherever a format is needed). The pipeline config's
+    # top-level `format:` is copied here.
     format: str | None = None
     sampling: Sampling = Sampling()
     stream: bool = True
@@ -213,17 +214,11 @@ class EndpointConfig(BaseModel):
 
     @property
     def format_name(self) -> str:
-        """The chat format: `format`, else the one `model` names, else the default."""
-        from specregen.models.registry import (
-            DEFAULT_FORMAT,
-            UnknownFormatError,
-            resolve_format_name,
-        )
+        """The chat format: `format`, else the one `model` names; UnknownFormatError (a usage
+        error saying to set one) for a model no format claims."""
+        from specregen.models.registry import resolve_format_name
 
-        try:
-            return resolve_format_name(self.format, self.model)
-        except UnknownFormatError:
-            return DEFAULT_FORMAT
+        return resolve_format_name(self.format, self.model)
 
     @field_validator("base_url")
     @classmethod
@@ -253,6 +248,12 @@ class EndpointConfig(BaseModel):
 
     @model_validator(mode="after")
     def _dialect_fields(self) -> EndpointConfig:
+        if self.thinking is not None and self.dialect in ("vllm", "sglang"):
+            # The switch is a chat_template_kwargs key of the format's template, so the format
+            # must be known (UnknownFormatError is a ValueError: reported as a config error).
+            from specregen.models.registry import resolve_format_name
+
+            resolve_format_name(self.format, self.model)
         if self.dialect != "openrouter":
             for name in ("provider", "reasoning"):
                 if getattr(self, name) is not None:

@@ -70,7 +70,7 @@ import httpx
 
 from specregen.client.config import EndpointConfig, Prices, RetryPolicy
 from specregen.client.limits import RequestLimiter
-from specregen.client.request import build_request, request_fingerprint, storable_request
+from specregen.client.request import admit, storable_request
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.transport import AttemptResult, HTTPClient, send
 from specregen.conversation.driver import ConversationDriver, Step, history_format
@@ -521,30 +521,15 @@ class _Run:
                 if job is None:
                     continue
                 return job
-            try:
-                body = build_request(prompt, self.cfg)
-                fingerprint = request_fingerprint(body)
-            except (ValueError, TypeError, RecursionError) as exc:
-                # e.g. NaN/Infinity in a tool schema: not JSON, so no server could take it.
-                self._reject(sample_id, f"cannot be sent as JSON: {exc}")
-                continue
-            key = (sample_id, fingerprint)
-            status = self._history.final.get(key)
-            if status in FINAL_ANSWER or (status == "failed" and not self.retry_failed):
+            admitted = admit(prompt, self.cfg, self._history, retry_failed=self.retry_failed,
+                             prompt_check=self.prompt_check)
+            if admitted is None:
                 self.summary.skipped += 1
-                continue
-            if self.prompt_check is not None:
-                reason = self.prompt_check(prompt, body)
-                if reason is not None:
-                    self._reject(sample_id, reason)
-                    continue
-            return _Job(
-                prompt,
-                body,
-                fingerprint,
-                attempt=self._history.last_attempt.get(key, 0) + 1,
-                tries=self._history.open_attempts.get(key, 0),
-            )
+            elif isinstance(admitted, str):
+                self._reject(sample_id, admitted)
+            else:
+                return _Job(prompt, admitted.body, admitted.fingerprint,
+                            attempt=admitted.attempt, tries=admitted.tries)
         return None
 
     async def _attempt_job(

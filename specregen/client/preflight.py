@@ -87,13 +87,21 @@ def context_check(
     `limit`: tokens; default the endpoint config's `max_context_tokens`, else the tokenizer
     folder's `model_max_length`.
     """
-    from specregen.models.registry import get_format, tokenizer_env
+    from specregen.models.registry import UnknownFormatError, get_format, tokenizer_env
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
 
-    # Only the run's own format's variable: another family's tokenizer would count wrongly.
-    variable = tokenizer_env(cfg.format_name)
-    spec = tokenizer or (os.environ.get(variable) if variable else None) or None
     limit = limit or cfg.max_context_tokens
+    try:
+        format_name = cfg.format_name
+    except UnknownFormatError:
+        if tokenizer is None and limit is None:
+            log.warning("no chat format for model %s: prompts are not checked against the"
+                        " model's context length (pass --format)", cfg.model)
+            return None
+        raise  # counting needs the format's rendering
+    # Only the run's own format's variable: another family's tokenizer would count wrongly.
+    variable = tokenizer_env(format_name)
+    spec = tokenizer or (os.environ.get(variable) if variable else None) or None
     if spec is None:
         or_set = f" or set {variable}" if variable else ""
         if limit is not None:
@@ -107,11 +115,11 @@ def context_check(
         )
         return None
     try:
-        fmt = get_format(cfg.format_name, load_tokenizer(spec))
+        fmt = get_format(format_name, load_tokenizer(spec))
     except TokenizerError as exc:
         raise UsageError(str(exc), hint="pass --tokenizer with a tokenizer folder") from None
     if limit is None:
-        limit = _model_max_length(spec)
+        limit = model_max_length(spec)
     if limit is None:
         log.warning(
             "tokenizer %s states no model_max_length: prompts are not checked against the"
@@ -122,7 +130,8 @@ def context_check(
     return ContextCheck(fmt, limit, cfg, str(spec))
 
 
-def _model_max_length(spec: str) -> int | None:
+def model_max_length(spec: str) -> int | None:
+    """The tokenizer folder's `model_max_length` (None when it states none)."""
     config = Path(spec).expanduser() / "tokenizer_config.json"
     try:
         value = json.loads(config.read_text(encoding="utf-8")).get("model_max_length")

@@ -8,12 +8,15 @@ thinking_switch`), Moonshot through `thinking.type`. These are exactly the field
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from specregen.client.config import EndpointConfig
 from specregen.models.registry import thinking_switch
 from specregen.records import Prompt
 from specregen.store.fingerprint import fingerprint
+from specregen.store.rawlog import FINAL_ANSWER, LogHistory
 
 # Transport options: they change how the answer travels, not what the model is asked, so a
 # streamed and a non-streamed run of the same prompt share one fingerprint.
@@ -73,3 +76,41 @@ def request_fingerprint(body: dict[str, Any]) -> str:
 def storable_request(body: dict[str, Any]) -> dict[str, Any]:
     """The body as it goes into the raw log: everything but secret fields."""
     return {k: v for k, v in body.items() if k not in SECRET_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A prompt to send: its body, fingerprint, this attempt's number and the attempts already
+    on record without a final answer (a killed run's)."""
+
+    body: dict[str, Any]
+    fingerprint: str
+    attempt: int
+    tries: int
+
+
+def admit(
+    prompt: Prompt,
+    cfg: EndpointConfig,
+    history: LogHistory,
+    *,
+    retry_failed: bool,
+    prompt_check: Callable[[Prompt, dict[str, Any]], str | None] | None,
+) -> Admitted | str | None:
+    """Whether a prompt is sent, for the realtime engine and the batch runner alike: None when
+    the raw log already holds its final answer (or its failure, unless `retry_failed`), a
+    reason (str) when it cannot be sent (not JSON, refused by `prompt_check`), else what to
+    send."""
+    try:
+        body = build_request(prompt, cfg)
+        key = (prompt.sample_id, request_fingerprint(body))
+    except (ValueError, TypeError, RecursionError) as exc:
+        # e.g. NaN/Infinity in a tool schema: not JSON, so no server could take it.
+        return f"cannot be sent as JSON: {exc}"
+    status = history.final.get(key)
+    if status in FINAL_ANSWER or (status == "failed" and not retry_failed):
+        return None
+    if prompt_check is not None and (reason := prompt_check(prompt, body)) is not None:
+        return reason
+    return Admitted(body, key[1], attempt=history.last_attempt.get(key, 0) + 1,
+                    tries=history.open_attempts.get(key, 0))

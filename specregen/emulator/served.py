@@ -19,7 +19,7 @@ from typing import Any
 from specregen.emulator import textgen
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.conversations import Script
-from specregen.emulator.generate import request_seed
+from specregen.emulator.generate import declared_tools, request_seed
 from specregen.emulator.profiles import Message, OutCall
 
 SERVED_PROFILES = ("vllm-hermes", "openrouter", "sglang")
@@ -79,10 +79,14 @@ def _length(rng: random.Random, mean: int, config: EmulatorConfig) -> int:
 
 def _calls(rng: random.Random, request: dict[str, Any], config: EmulatorConfig
            ) -> list[tuple[str, Any]]:
-    """Calls to declared tools: one or two, for about half the requests that declare tools."""
+    """Calls to declared tools: one or two, for about half the requests that declare tools
+    (in `tools`, else as JSON function objects in a system prompt, glaive style: the model
+    then writes its calls without a server parser to read them)."""
     tools = [t.get("function") for t in request.get("tools") or ()
              if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     tools = [t for t in tools if isinstance(t.get("name"), str)]
+    if not request.get("tools"):
+        tools = [{"name": s.name, "parameters": s.parameters} for s in declared_tools(request)]
     if not tools or rng.random() >= 0.5 + config.tool_call_rate / 2:
         return []
     picked = [rng.choice(tools) for _ in range(rng.randint(1, 2))]

@@ -107,7 +107,8 @@ class ChatFormat(Protocol):
 
     def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
         """The model's answer as the assistant message a later request of the conversation
-        sends: content, `reasoning_content` when thinking, `tool_calls` with the model's ids."""
+        sends: content, the reasoning when thinking (as `reasoning` and `reasoning_content`),
+        `tool_calls` with the model's ids."""
         ...
 
 
@@ -161,10 +162,13 @@ class ChatFormat(Protocol):
 def assistant_history_message(content: str | None, reasoning: str | None,
                               calls: Sequence[ToolCall], *, thinking: bool) -> dict[str, Any]:
     """An assistant message in OpenAI shape from an answer's parts (the formats' common part of
-    `history_message`): arguments stay the strings the model wrote."""
+    `history_message`): arguments stay the strings the model wrote. The reasoning travels under
+    both names servers read it from: vLLM reads only `reasoning` and silently drops
+    `reasoning_content` (`chat_utils._parse_chat_message_content`, vllm-project/vllm#38488);
+    SGLang and Moonshot read only `reasoning_content`; each ignores the other name."""
     message: dict[str, Any] = {"role": "assistant", "content": content or ""}
     if thinking and reasoning is not None:
-        message["reasoning_content"] = reasoning
+        message["reasoning"] = message["reasoning_content"] = reasoning
     if calls:
         message["tool_calls"] = [
             {"id": call.id, "type": "function",

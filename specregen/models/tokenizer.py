@@ -188,7 +188,8 @@ def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
     def encode_with_specials(text: str) -> list[int]:
         # Same ids as tiktoken's encode(allowed_special="all"), without its slow special regex.
         ids: list[int] = []
-        for piece in kimi_encode_pieces(text):
+        # (A prompt block is nearly always one piece: no generator for it.)
+        for piece in (text,) if is_whole_piece(text) else kimi_encode_pieces(text):
             pos = 0
             start = 0
             while (m := find_special(piece, start)) is not None:
@@ -207,7 +208,7 @@ def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
     def encode_ordinary(text: str) -> list[int]:
         if not text:
             return []  # an absent field (content of a tool-call answer): no call into the BPE
-        if is_whole_piece(text):
+        if len(text) <= _KIMI_MAX_RUN_CHARS or is_whole_piece(text):  # (no call when short)
             return enc.encode_ordinary(text)
         ids: list[int] = []
         for piece in kimi_encode_pieces(text):
@@ -251,16 +252,48 @@ def read_tiktoken_ranks(path: Path) -> dict[bytes, int]:
 # Shapes every Kimi added-token name has. Searching for the shapes and then looking the match up
 # is several times faster than an alternation of 256 literal names.
 _SPECIAL_SHAPES = (r"<\|[^<>|\s]{1,64}\|>", r"</?[a-z_]{1,32}>", r"\[[A-Z]{2,16}\]")
+# The characters every shape begins with: a match can start only where one stands.
+_SHAPE_STARTS = ("<", "[")
+# Candidates tried one by one before handing the rest of the text to the regex search (text
+# full of `<` or `[`, such as code, is scanned faster by the regex alone).
+_SHAPE_CANDIDATES_TRIED = 4
 
 
 def special_finder(names: dict[str, int]) -> Callable[[str, int], re.Match[str] | None]:
     """A search function for added-token names: by shape where they all fit one, else by name."""
     shapes = [re.compile(shape) for shape in _SPECIAL_SHAPES]
-    if all(any(s.fullmatch(name) for s in shapes) for name in names):
-        pattern = re.compile("|".join(_SPECIAL_SHAPES))
-    else:
+    if not all(any(s.fullmatch(name) for s in shapes) for name in names):
         pattern = re.compile("|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)))
-    return pattern.search
+        return pattern.search
+    pattern = re.compile("|".join(_SPECIAL_SHAPES))
+    match, search = pattern.match, pattern.search
+    if not all(shape.startswith(("<", "\\[")) for shape in _SPECIAL_SHAPES):
+        return search  # a shape that may begin elsewhere: only the full scan is right
+    lt, br = _SHAPE_STARTS
+
+    def find(text: str, start: int) -> re.Match[str] | None:
+        # The leftmost match starts at the leftmost `<` or `[` where the pattern matches, so
+        # trying the pattern at those places (found by memchr) gives what `search` gives; the
+        # regex scan over every character is the slow part of encoding a prompt block.
+        a, b = text.find(lt, start), text.find(br, start)
+        for _ in range(_SHAPE_CANDIDATES_TRIED):
+            if a < 0 and b < 0:
+                return None
+            if b < 0 or 0 <= a < b:
+                m = match(text, a)
+                if m is not None:
+                    return m
+                start = a + 1
+                a = text.find(lt, start)
+            else:
+                m = match(text, b)
+                if m is not None:
+                    return m
+                start = b + 1
+                b = text.find(br, start)
+        return search(text, start)
+
+    return find
 
 
 def is_whole_piece(text: str) -> bool:

@@ -12,9 +12,11 @@ from typing import Any
 from specregen.client.config import EndpointConfig
 from specregen.client.engine import ProgressSnapshot, run_inference
 from specregen.client.limits import RequestLimiter
+from specregen.client.preflight import ContextCheck, model_max_length
 from specregen.client.secrets import ApiKey
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.prompts import read_chunk
+from specregen.pipeline.reconstruction import run_format
 from specregen.store.rawlog import RawLog, commit_rolls
 
 STAGE = "infer"
@@ -52,21 +54,35 @@ async def infer_chunk(
     if concurrency is not None:
         cfg = cfg.model_copy(update={"concurrency": concurrency})
     prompts = read_chunk(run, chunk)
+    check = context_check(run)
     async with RawLog(run.rawlog_url(chunk), **_rolls(run, cfg)) as log:
         if cfg.mode == "batch":
             from specregen.client.batch import run_batch_inference
 
             summary = await run_batch_inference(prompts, cfg, log, api_key=api_key,
-                                                progress=progress, wait=wait)
+                                                progress=progress, wait=wait,
+                                                prompt_check=check)
         else:
             summary = await run_inference(prompts, cfg, log, api_key=api_key, progress=progress,
-                                          limiter=limiter)
+                                          limiter=limiter, prompt_check=check)
     result = {"chunk": chunk, "prompts": len(prompts), **summary.as_dict()}
     # Done only when nothing is missing: a budget stop leaves the chunk open for the next run,
     # and so do batches still running.
     if summary.stopped_reason is None and not result.get("batches_open"):
         run.store.write_json(result, *infer_parts(run, chunk))
     return result
+
+
+def context_check(run: DatasetRun) -> ContextCheck | None:
+    """The run's context check, as `specregen infer` has it: a prompt whose tokens (the run's
+    own format and tokenizer) plus `max_tokens` exceed `endpoint.max_context_tokens`, else the
+    tokenizer folder's `model_max_length`, is not sent (a reject: a server would answer 400);
+    a conversation's later request that outgrew it stops the conversation with `length`."""
+    cfg = run.config.endpoint
+    limit = cfg.max_context_tokens or model_max_length(run.config.tokenizer)
+    if limit is None:
+        return None
+    return ContextCheck(run_format(run), limit, cfg, run.config.tokenizer)
 
 
 def _rolls(run: DatasetRun, cfg: EndpointConfig) -> dict[str, float | int]:

@@ -193,6 +193,8 @@ def summarize(
         "dataset": run.name,
         "prompts": prompts.counts.get("prompts", 0),
         "rejected_rows": prompts.counts.get("rejected", 0),
+        # never sent: over the context length (pipeline/inference.py) or not JSON
+        "rejected_requests": sum(r.get("rejected", 0) for r in inferred),
         "requests_sent": sum(r.get("requests_sent", 0) for r in inferred),
         "failed_requests": sum(r.get("failed", 0) for r in inferred),
         "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in inferred),

@@ -204,6 +204,11 @@ def observe(
         start = rules.calls_start(written)
         if start is not None and requested is not False:
             obs.section_in_think = rules.reasoning_end not in written[:start]
+        if finding.where == "structured":
+            obs.content_as_written = content_as_written(completion.content, written, rules)
+    if finding.where == "structured" and completion.content and completion.content.strip():
+        obs.content_beside_calls = ("padded" if _has_outer_space(completion.content)
+                                    else "bare")
     if finding.where == "structured":
         if reference is not None and fmt is not None:
             raw = rules.written_calls(fmt.tok.decode(reference))
@@ -256,6 +261,25 @@ def wrote_placeholder(text: str, rules: ProbeRules) -> bool | None:
     return before[cut + len(end) if cut != -1 else 0 :].strip() == rules.placeholder
 
 
+def content_as_written(returned: str | None, text: str, rules: ProbeRules) -> bool | None:
+    """From the model's own text: whether the content returned beside its calls is the text it
+    wrote before them (True) or that text stripped (False); None when the model wrote no
+    whitespace at either end of a non-blank text there (both readings are the same), no
+    calls, or the content is neither."""
+    start = rules.calls_start(text)
+    if start is None or returned is None:
+        return None
+    before = text[:start]
+    end = rules.reasoning_end
+    cut = before.rfind(end)
+    written = before[cut + len(end) if cut != -1 else 0 :]
+    if not written.strip() or not _has_outer_space(written):
+        return None
+    if returned == written:
+        return True
+    return False if returned == written.strip() else None
+
+
 def _count_raw(
     obs: Observation,
     completion: Completion,
@@ -280,6 +304,16 @@ def _count_raw(
     if reported is not None:
         obs.raw_completion_offset = reported - len(assembled.ids)
     reasoned = bool(completion.reasoning)
+    restored_flag = getattr(rules, "restored_separators_flag", None)
+    if (restored_flag and obs.content_beside_calls == "bare"
+            and obs.raw_completion_offset is not None
+            and not truncated and reasoned == thinking and not obs.think_end_in_content
+            and obs.prompt_offset in (0, None) and obs.reference_match in (None, "exact")):
+        # The format's assembly either restored its separators around this content (its flag
+        # says so) or used it as returned: the provider's count then says which one the model
+        # wrote (probe/traits.py).
+        obs.bare_content_offset = obs.raw_completion_offset
+        obs.bare_content_restored = restored_flag in assembled.flags
     obs.countable = (
         reported is not None
         and not truncated

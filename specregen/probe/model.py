@@ -86,6 +86,18 @@ class Observation:
     section_in_think: bool | None = None
     # usage minus the returned fields assembled as they are (no correction of any kind).
     raw_completion_offset: int | None = None
+    # Content returned beside structured calls, when not blank: "padded" (whitespace at an
+    # end, which a stripping parser would have removed) or "bare" (none).
+    content_beside_calls: Literal["padded", "bare"] | None = None
+    # From the model's token ids, where its content before the calls has whitespace at an
+    # end: True when the returned content is that text, False when it is that text stripped.
+    content_as_written: bool | None = None
+    # A bare content beside calls: usage minus the fields as the format assembles them, and
+    # whether that assembly restored separators around the content (a format's probe rules
+    # name the flag that says so: `restored_separators_flag`). The count then tells whether
+    # the model wrote them.
+    bare_content_offset: int | None = None
+    bare_content_restored: bool | None = None
     # The answer as returned is a clean base for counting: no flag that changes what is counted.
     countable: bool = False
     attempts: int = 0  # requests sent for it, retries included
@@ -134,6 +146,9 @@ class ParserFindings:
     counts_stop_token: bool | None = None
     ends_reasoning_at_tools: bool | None = None  # a section opened in thinking ends it, parsed
     forces_reasoning: bool | None = None  # reasoning returned although thinking was off
+    # The text before the calls comes back stripped of its whitespace (SGLang's qwen25
+    # detector); examined only for formats whose probe rules list it (`extra_findings`).
+    strips_content_beside_calls: bool | None = None
     evidence: dict[str, str] = field(default_factory=dict)
 
 
@@ -177,6 +192,7 @@ class ProviderProfile:
             splits_reasoning=f.splits_reasoning,
             counts_stop_token=f.counts_stop_token,
             ends_reasoning_at_tools=f.ends_reasoning_at_tools,
+            strips_content_beside_calls=f.strips_content_beside_calls,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -227,7 +243,8 @@ def profile_from_dict(data: Any, *, where: str = "profile") -> ProviderProfile:
         scenarios.append(_build(ScenarioResult, {**raw, "observations": obs}, at))
     findings = _build(ParserFindings, data.get("findings", {}), f"{where}: findings")
     for name in ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
-                 "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning"):
+                 "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning",
+                 "strips_content_beside_calls"):
         if getattr(findings, name) not in (True, False, None):
             raise ProfileError(f"{where}: findings.{name} must be true, false or null")
     profile = _build(ProviderProfile, {**data, "scenarios": scenarios, "findings": findings},

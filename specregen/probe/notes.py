@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specregen.models.chat_format import ProbeRules
 from specregen.probe.classify import RAW_WHERE, mode_scenarios
 from specregen.probe.model import ParserFindings, ScenarioResult
+
+# What an id not in the form the model writes means, unless the format's probe rules say
+# otherwise (their optional `other_id_meaning`): a format whose model writes its ids.
+OTHER_ID_MEANING = "reconstruction rewrites them to the canonical form and flags tool_id_rewritten"
 
 
 def describe_calls(scenario: ScenarioResult) -> str:
@@ -59,8 +64,10 @@ def profile_notes(
     thinking: bool | None,
     tokenizer: str | None,
     findings: ParserFindings | None = None,
+    rules: ProbeRules | None = None,
 ) -> list[str]:
-    """Human-readable findings, the most important first."""
+    """Human-readable findings, the most important first (`rules`: the format's probe rules,
+    for what its ids mean)."""
     notes: list[str] = []
     by_name = {s.name: s for s in scenarios}
     for mode, names in mode_scenarios(thinking).items():
@@ -81,7 +88,7 @@ def profile_notes(
                      " reconstruction will flag reasoning_missing")
     if findings is not None:
         notes.extend(finding_notes(findings))
-    _id_notes(scenarios, notes)
+    _id_notes(scenarios, notes, getattr(rules, "other_id_meaning", OTHER_ID_MEANING))
     _argument_notes(scenarios, notes)
     _count_notes(scenarios, notes, tokenizer)
     providers = sorted({p for s in scenarios for p in s.providers})
@@ -98,12 +105,11 @@ def profile_notes(
     return notes
 
 
-def _id_notes(scenarios: Sequence[ScenarioResult], notes: list[str]) -> None:
+def _id_notes(scenarios: Sequence[ScenarioResult], notes: list[str], meaning: str) -> None:
     for s in scenarios:
         if s.id_form == "other":
             notes.append(f"{s.name}: tool-call ids are not in the form the model writes (e.g."
-                         f" {s.id_example!r}); reconstruction rewrites them to the canonical"
-                         " form and flags tool_id_rewritten")
+                         f" {s.id_example!r}); {meaning}")
 
 
 def _argument_notes(scenarios: Sequence[ScenarioResult], notes: list[str]) -> None:
@@ -156,13 +162,20 @@ FINDING_WORDS = {
                                 " reasoning text"),
     "forces_reasoning": ("treats the output as reasoning even with thinking off",
                          "honours thinking off"),
+    "strips_content_beside_calls": ("strips the whitespace around the text before tool calls",
+                                    "returns the text before tool calls as written"),
 }
+# Findings a format examines only on request (probe/traits.py `EXTRA_FINDINGS`): a line only
+# when examined, so a profile of another format reads as before.
+_ON_REQUEST = frozenset({"strips_content_beside_calls"})
 
 
 def finding_notes(findings: ParserFindings) -> list[str]:
     """One line per parser finding: what it is, and what the answers showed."""
     out = []
     for name, (yes, no) in FINDING_WORDS.items():
+        if name in _ON_REQUEST and name not in findings.evidence:
+            continue
         value = getattr(findings, name)
         what = yes if value is True else no if value is False else "unknown"
         out.append(f"{name}: {what} ({findings.evidence.get(name, 'no evidence')})")

@@ -203,7 +203,8 @@ def build_profile(
     glaive_source: str | None = None,
 ) -> ProviderProfile:
     by_mode = recoverable_by_mode(results, cfg.thinking)
-    findings = infer_findings(results)
+    rules = probe_rules(cfg.format_name)
+    findings = infer_findings(results, rules)
     observations = [o for s in results for o in s.observations]
     return ProviderProfile(
         base_url=cfg.base_url,
@@ -223,7 +224,7 @@ def build_profile(
         reasoning_field=overall_reasoning_field(results),
         providers=sorted({p for s in results for p in s.providers}),
         notes=profile_notes(results, by_mode, thinking=cfg.thinking, tokenizer=tokenizer,
-                            findings=findings),
+                            findings=findings, rules=rules),
         findings=findings,
         probe_requests=sum(o.attempts for o in observations),
         probe_cost_usd=round(sum(o.cost_usd for o in observations), 9),

@@ -40,24 +40,50 @@ and the shape of the returned fields do, where only one reading explains them.
   then it stays unknown.
 * `forces_reasoning`: thinking off, reasoning text returned votes true (a parser that treats
   the output as reasoning whatever the request said); content without reasoning votes false.
+* `strips_content_beside_calls` (examined only when the format's probe rules list it in their
+  optional `extra_findings`: a format whose reconstruction must know whether to restore the
+  whitespace around the text before its calls): content beside structured calls with
+  whitespace at an end votes false (a stripping parser leaves none); the model's ids settle
+  it where they show whitespace at an end of what it wrote there (returned as written: false,
+  stripped: true); without them, a bare content (no whitespace at either end) counts: where
+  the format's assembly restored its separators around it (the rules'
+  `restored_separators_flag` among its flags), usage equal to our count (after the stop token
+  rule) votes true and usage below it votes false (we would add separators the model never
+  wrote); where the assembly used it as returned (a stream), an equal count votes false.
+  Whitespace-only content dropped or emptied says nothing: both kinds of parser do it.
+
+A format whose call ids carry no running count (`ProbeRules.id_index` is always None: ids the
+server makes) gives `renumbers_tool_ids` no vote, and says so; a format without a placeholder
+gives `deletes_no_content` none either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from specregen.models.chat_format import ProbeRules
 from specregen.probe.model import Observation, ParserFindings, ScenarioResult
 
 HISTORY_SCENARIO = "history"
+# Findings a format examines only when its probe rules list them (`extra_findings`).
+EXTRA_FINDINGS = frozenset({"strips_content_beside_calls"})
 
 
-def infer_findings(scenarios: Sequence[ScenarioResult]) -> ParserFindings:
+def infer_findings(
+    scenarios: Sequence[ScenarioResult], rules: ProbeRules | None = None
+) -> ParserFindings:
+    """The findings from the scenarios' answers; `rules` (the format's probe rules) add the
+    findings they list in `extra_findings`."""
     answered = [o for s in scenarios for o in s.observations if o.ok]
     findings = ParserFindings()
     evidence = findings.evidence
     findings.counts_stop_token, evidence["counts_stop_token"] = _stop_token(answered)
-    findings.deletes_no_content, evidence["deletes_no_content"] = _placeholder(
-        answered, findings.counts_stop_token)
+    if rules is not None and not rules.placeholder:
+        findings.deletes_no_content, evidence["deletes_no_content"] = None, (
+            "the format has no placeholder content that a parser deletes")
+    else:
+        findings.deletes_no_content, evidence["deletes_no_content"] = _placeholder(
+            answered, findings.counts_stop_token)
     history = [o for s in scenarios if s.name == HISTORY_SCENARIO for o in s.observations
                if o.ok]
     findings.renumbers_tool_ids, evidence["renumbers_tool_ids"] = _renumbering(history)
@@ -65,6 +91,10 @@ def infer_findings(scenarios: Sequence[ScenarioResult]) -> ParserFindings:
     findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
         answered, findings.counts_stop_token)
     findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
+    extra = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
+    if "strips_content_beside_calls" in extra:
+        findings.strips_content_beside_calls, evidence["strips_content_beside_calls"] = (
+            _stripping(answered, findings.counts_stop_token))
     return findings
 
 
@@ -140,6 +170,9 @@ def _renumbering(history: Sequence[Observation]) -> tuple[bool | None, str]:
         return True, seen
     if false:
         return False, seen
+    if any(o.returned_indices for o in history):
+        # Calls came back, but no id carried an index: the format's ids are the server's own.
+        return None, seen + " (no returned id carries a running count: nothing to renumber)"
     return None, seen + " (no call came back in the history scenario)"
 
 
@@ -196,3 +229,41 @@ def _forced(answered: Iterable[Observation]) -> tuple[bool | None, str]:
     if plain:
         return False, seen
     return None, seen + " (no thinking-off answer)"
+
+
+def _stripping(
+    answered: Sequence[Observation], counts_stop_token: bool | None
+) -> tuple[bool | None, str]:
+    padded = sum(1 for o in answered
+                 if o.content_beside_calls == "padded" and o.content_as_written is None)
+    kept_by_ids = sum(1 for o in answered if o.content_as_written is True)
+    stripped_by_ids = sum(1 for o in answered if o.content_as_written is False)
+    count_true = count_false = 0
+    if counts_stop_token is not None:
+        base = 0 if counts_stop_token else -1
+        for o in answered:
+            if o.bare_content_offset is None or o.content_as_written is not None:
+                continue
+            d = o.bare_content_offset - base
+            if o.bare_content_restored:
+                # Separators restored: counted by the provider -> written and stripped; our
+                # count above the provider's -> we added what the model never wrote.
+                count_true += d == 0
+                count_false += d < 0
+            else:
+                # Used as returned (e.g. a stream, which no parser strips) and counted
+                # exactly: the model wrote it so. A surplus may be any loss: no vote.
+                count_false += d == 0
+    stripped = stripped_by_ids + count_true
+    kept = padded + kept_by_ids + count_false
+    seen = (f"content beside calls with whitespace at an end {padded}; by the model's ids"
+            f" returned as written {kept_by_ids}, stripped {stripped_by_ids}; bare content"
+            f" whose usage counts the restored separators {count_true}, shows it was written"
+            f" bare {count_false}")
+    if stripped and kept:
+        return None, seen + " (contradictory)"
+    if stripped:
+        return True, seen
+    if kept:
+        return False, seen
+    return None, seen + " (no text came back beside a call)"

@@ -359,6 +359,65 @@ def test_pipeline_inference_stage_runs_conversation_chunks(tmp_path, tok):
         assert emu.stats()["chat_requests"] == paid and again == chunk_inferred(run, 0)
 
 
+def test_the_pipeline_checks_the_context_like_infer(tmp_path, tok):
+    """`endpoint.max_context_tokens` in a pipeline config: a first request over the limit is
+    not sent (the chunk's `rejected`, the run summary's `rejected_requests`), a later one that
+    outgrew it stops its conversation with `length`, nothing paid; the oracle is the server's
+    own `prompt_tokens` for the same requests sent without a limit."""
+    import asyncio
+
+    import numpy as np
+
+    from specregen.config import parse_config
+    from specregen.pipeline.inference import infer_chunk
+    from specregen.pipeline.layout import DatasetRun
+    from specregen.pipeline.prompts import prepare_prompts
+    from specregen.pipeline.run import summarize
+
+    src = write_conversations(tmp_path / "conversations.jsonl", n_parallel=0, n_glaive=40)
+    config_emu = EmulatorConfig(seed=4, conversations=str(src), divergence_rate=0.1,
+                                reasoning_tokens_mean=30, content_tokens_mean=20)
+
+    def stage(emu, store: str, limit: int | None) -> tuple[DatasetRun, list[dict]]:
+        config = parse_config({
+            "storage": str(tmp_path / store), "chunk_size": 20,
+            "endpoint": {"base_url": emu.openrouter_url, "model": "moonshotai/kimi-k2.5",
+                         "concurrency": 8, "stream": False, "sampling": {"max_tokens": 200},
+                         "max_context_tokens": limit},
+            "datasets": [{"name": "B1_glaive", "adapter": "sharegpt", "source": str(GLAIVE),
+                          "limit": 40, "turns": "all"}]})
+        run = DatasetRun(config, config.datasets[0])
+        prepare_prompts(run)
+        return run, [asyncio.run(infer_chunk(run, c, api_key=None)) for c in range(2)]
+
+    def finals(run: DatasetRun) -> list[dict]:
+        return [r for c in range(2) for r in RawLog(run.rawlog_url(c)).iter_records()
+                if r.get("final")]
+
+    with serve_in_thread(config_emu, tok) as emu:
+        free, _ = stage(emu, "free", None)
+        sizes = {r["sample_id"]: r["usage"]["prompt_tokens"] for r in finals(free)}
+        limit = int(np.percentile(list(sizes.values()), 60)) + 200
+        limited, chunks = stage(emu, "limited", limit)
+        records = finals(limited)
+        refused = [r for r in records if r.get("error_class") == "context_length"]
+        assert refused and all("response" not in r and r["http_status"] is None
+                               and sizes[r["sample_id"]] + 200 > limit for r in refused)
+        assert all(r["usage"]["prompt_tokens"] + 200 <= limit
+                   for r in records if r.get("error_class") != "context_length")
+        first_over = {sid.split("/t0/")[0] for sid, n in sizes.items()
+                      if "/t0/s0" in sid and n + 200 > limit}
+        assert first_over and sum(c["rejected"] for c in chunks) == len(first_over)
+        assert sum(c["conversation_stops"].get("length", 0) for c in chunks) >= len(
+            {r["conversation"]["id"] for r in refused})
+        manifest = prepare_prompts(limited)
+        assert summarize(limited, manifest, chunks, None, None, 0.0)["rejected_requests"] == \
+            len(first_over)
+        paid = emu.stats()["chat_requests"]
+        assert [asyncio.run(infer_chunk(limited, c, api_key=None)) for c in range(2)] == chunks
+        assert emu.stats()["chat_requests"] == paid
+
+
 def test_a_conversation_that_outgrows_the_context_stops_with_length(tmp_path, tok):
     """`--max-context-tokens`: a later request that no longer fits is not sent; the conversation
     stops with `length` (a final raw-log record, nothing paid), a rerun sends nothing, and the

@@ -1,6 +1,8 @@
 """configs/demo-qwen3.yaml end to end (the library runner of the stage chain) against the
-emulator serving Qwen3 behind vLLM with the hermes parser: every demo dataset is published, its
-samples' ids equal the emulator's true ids, and a second run skips them all."""
+emulator serving Qwen3 behind vLLM with the hermes parser: the endpoint is probed before the
+first paid request (the config has a tool-call dataset, `probe: auto`), every demo dataset is
+published with the probe's traits, its samples' ids equal the emulator's true ids, and a second
+run skips them all."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.tokenizer import load_tokenizer
 from specregen.pipeline.layout import DatasetRun
+from specregen.pipeline.probing import with_stored_traits
 from specregen.pipeline.run import run_dataset
 from specregen.store.fs import Store
 from specregen.store.token_samples import read_token_meta
@@ -36,15 +39,31 @@ def test_demo_qwen3_publishes_every_dataset_with_the_true_ids(tmp_path: Path):
         path.write_text(yaml.safe_dump(raw))
         config = load_config(path)
         assert config.format_name == "qwen3"
-        for dataset in config.datasets:
+        for n, dataset in enumerate(config.datasets):
             run = DatasetRun(config, dataset)
             result = asyncio.run(run_dataset(run, None))
             assert result.outcome == "published", result.summary
             summary = result.summary
-            assert summary["probe"]["status"] == "not_needed"
+            probe = summary["probe"]
+            # Qwen3 has probe rules: the first dataset probes (B1_glaive needs tool calls, so
+            # `auto` probes for the whole config), the others read the stored profile.
+            assert probe["status"] == ("probed" if n == 0 else "stored"), probe
+            assert probe["refusal"] is None
+            assert (probe["requests"] > 0) == (n == 0)
+            assert probe["recoverable_by_mode"]["tools"] is True
+            # vLLM counts <|im_end|> and splits the reasoning; Qwen3 ids carry no count and no
+            # parser deletes a placeholder, so those stay unknown.
+            traits = probe["traits"]
+            assert (traits["counts_stop_token"], traits["splits_reasoning"]) == (True, True)
+            assert (traits["renumbers_tool_ids"], traits["deletes_no_content"]) == (None, None)
+            # vLLM's hermes returns the text before the calls as written.
+            assert traits["strips_content_beside_calls"] is False
             assert summary["reference_match"] == {"exact": summary["prompts"]}, summary
             store = Store(config.storage)
-            shards = store.path(run.name, "reconstruct", run.reconstruct_fp)
+            # Reconstruction ran with the stored traits: its fingerprint includes them.
+            traced = with_stored_traits(run)
+            assert traced.traits is not None and traced.reconstruct_fp != run.reconstruct_fp
+            shards = store.path(run.name, "reconstruct", traced.reconstruct_fp)
             files = sorted(str(p) for p in Path(shards).glob("*.parquet"))
             table = pads.dataset(files, format="parquet").to_table()
             assert set(table.column("status").to_pylist()) == {"ok"}

@@ -340,3 +340,114 @@ def test_a_remote_endpoint_without_a_key_is_bad_usage(tmp_path, monkeypatch):
                                       "--out", str(tmp_path / "p.json")])
     assert result.exit_code == 2
     assert "PROBE_ABSENT_KEY is not set" in result.output
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen3 (`models/qwen3/probe.py`): vLLM with the hermes parser, OpenRouter in front of it, SGLang
+# with the qwen25 detector. The model writes no call ids (the server makes them) and calls only
+# tools sent in `tools`, so the system-prompt scenario gets no call and stays inconclusive.
+
+QWEN3_MODEL = "Qwen/Qwen3-8B"
+QWEN3_DIALECT = {"vllm-hermes": "vllm", "openrouter": "openrouter", "sglang": "sglang"}
+QWEN3_ID_PREFIX = {"vllm-hermes": "chatcmpl-tool-", "openrouter": "chatcmpl-tool-",
+                   "sglang": "call_"}
+QWEN3_REASONING = {"vllm-hermes": "reasoning", "openrouter": "reasoning",
+                   "sglang": "reasoning_content"}
+# SGLang strips the text before the calls in a plain answer, not in a stream (docs/qwen3.md);
+# vLLM's hermes returns it as written either way.
+QWEN3_STRIPS = {("vllm-hermes", False): False, ("vllm-hermes", True): False,
+                ("openrouter", False): False, ("openrouter", True): False,
+                ("sglang", False): True, ("sglang", True): False}
+
+
+@pytest.fixture(scope="module")
+def qwen3_tok():
+    from specregen.models.tokenizer import load_tokenizer
+
+    return load_tokenizer("mini-qwen3")
+
+
+def qwen3_emulator(profile: str, tok, **overrides):
+    config = EmulatorConfig(profile=profile, model=QWEN3_MODEL, seed=7, tool_call_rate=1.0,
+                            literal_marker_rate=0.0, **overrides)
+    return serve_in_thread(config, tok)
+
+
+def qwen3_endpoint(emu, profile: str, **extra) -> EndpointConfig:
+    dialect = QWEN3_DIALECT[profile]
+    url = emu.openrouter_url if dialect == "openrouter" else emu.url
+    return EndpointConfig.load({"base_url": url, "model": QWEN3_MODEL, "dialect": dialect,
+                                **extra})
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+@pytest.mark.parametrize("profile", sorted(QWEN3_DIALECT))
+def test_qwen3_endpoints_are_probed(qwen3_tok, profile, stream):
+    from specregen.models.registry import get_format
+
+    with qwen3_emulator(profile, qwen3_tok) as emu:
+        cfg = qwen3_endpoint(emu, profile, stream=stream)
+        assert cfg.format_name == "qwen3"
+        result = probe_endpoint(cfg, None, build_scenarios(3),
+                                fmt=get_format("qwen3", qwen3_tok), tokenizer="mini-qwen3")
+    s = {x.name: x for x in result.scenarios}
+    assert all(not x.errors for x in s.values())
+    for name in ("tools", "thinking_on", "thinking_off", "history"):
+        x = s[name]
+        assert (x.calls_where, x.where_counts, x.recoverable) == (
+            "structured", {"structured": 3}, True), name
+        # The server's ids: the form the probe expects of Qwen3, never counted as wrong.
+        assert x.id_form == "server" and x.id_example.startswith(QWEN3_ID_PREFIX[profile])
+        assert x.arguments_json == "valid" and x.prompt_offsets == [0]
+        assert x.completion_offsets == [0], name
+    # Tools declared only in the system prompt: no parser runs (no `tools`), so the model's
+    # `<tool_call>` blocks come back as content, read by the format's own parser.
+    assert (s["system_prompt"].calls_where, s["system_prompt"].recoverable) == (
+        "raw_content", True)
+    assert (s["plain"].calls_where, s["plain"].recoverable) == ("none", None)
+    assert result.tool_calls_recoverable is True
+    assert result.tool_calls_recoverable_by_mode == {"tools": True, "system_prompt": True}
+    require_recoverable_tool_calls(result, "tools")  # no refusal for recoverable calls
+    assert result.reasoning_field == QWEN3_REASONING[profile]
+    assert s["thinking_off"].reasoning_field == "none"
+    f = result.findings
+    assert (f.counts_stop_token, f.splits_reasoning, f.forces_reasoning) == (True, True, False)
+    assert (f.renumbers_tool_ids, f.deletes_no_content, f.ends_reasoning_at_tools) == (
+        None, None, None)
+    assert "nothing to renumber" in f.evidence["renumbers_tool_ids"]
+    assert f.strips_content_beside_calls is QWEN3_STRIPS[(profile, stream)], f.evidence
+    assert not any("tool_id_rewritten" in n for n in result.notes)
+    assert result.probe_requests == 18 and result.probe_cost_usd > 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_qwen3_token_ids_show_the_arguments_and_content_as_written(qwen3_tok, stream):
+    from specregen.models.registry import get_format
+
+    with qwen3_emulator("vllm-hermes", qwen3_tok) as emu:
+        cfg = qwen3_endpoint(emu, "vllm-hermes", stream=stream, return_token_ids=True)
+        result = probe_endpoint(cfg, None, build_scenarios(2),
+                                fmt=get_format("qwen3", qwen3_tok), tokenizer="mini-qwen3")
+    tools = result.scenario("tools")
+    assert tools is not None and (tools.arguments, tools.whitespace) == ("verbatim", "kept")
+    assert {o.reference_match for o in tools.observations} == {"exact"}
+    assert result.findings.strips_content_beside_calls is False
+    assert "by the model's ids returned as written" in (
+        result.findings.evidence["strips_content_beside_calls"])
+
+
+def test_cli_probes_a_qwen3_endpoint(tmp_path, qwen3_tok):
+    out = tmp_path / "profile.json"
+    with qwen3_emulator("vllm-hermes", qwen3_tok) as emu:
+        result = CliRunner().invoke(app, ["probe", "--base-url", emu.url, "--model",
+                                          QWEN3_MODEL, "--dialect", "vllm", "--tokenizer",
+                                          "mini-qwen3", "--requests", "2", "--out", str(out)])
+        sent = emu.stats()["chat_requests"]
+    assert result.exit_code == 0, result.output
+    profile = load_profile(out)
+    assert profile.model == QWEN3_MODEL and profile.tokenizer == "mini-qwen3"
+    assert profile.tool_calls_recoverable is True and sent == profile.probe_requests == 12
+    assert profile.findings.strips_content_beside_calls is False
+    assert "tool calls recoverable as tools: yes" in result.output
+    text = " ".join(result.output.split())
+    assert "strips_content_beside_calls: returns the text before tool calls as written" in text

@@ -245,3 +245,43 @@ def test_the_probe_flow_stores_what_the_datasets_read(prefect_server, tmp_path, 
     # The dataset then finds it: no second probe before paying.
     outcome, sent = requests_during(good, lambda: probe_stage(run, None))
     assert (outcome.status, sent) == ("stored", 0)
+
+
+@pytest.mark.parametrize(("profile", "dialect", "strips"),
+                         [("vllm-hermes", "vllm", False), ("sglang", "sglang", True)])
+def test_a_qwen3_endpoint_is_probed_and_its_traits_reach_reconstruction(
+        tmp_path, monkeypatch, profile, dialect, strips):
+    """configs/demo-qwen3.yaml's glaive dataset, not streamed: the probe runs before paying,
+    finds how the server returns the text before calls, and reconstruction gets those traits."""
+    import specregen.pipeline.reconstruction as reconstruction
+    from specregen.models.tokenizer import load_tokenizer
+
+    seen = []
+    real = reconstruction.reconstruct_records
+
+    def spy(records, fmt, **kwargs):
+        seen.append(kwargs.get("traits"))
+        return real(records, fmt, **kwargs)
+
+    monkeypatch.setattr(reconstruction, "reconstruct_records", spy)
+    config = yaml.safe_load((REPO / "configs" / "demo-qwen3.yaml").read_text())
+    emu_config = EmulatorConfig(profile=profile, model=config["endpoint"]["model"], seed=8,
+                                reasoning_tokens_mean=60, content_tokens_mean=40)
+    with serve_in_thread(emu_config, load_tokenizer(config["tokenizer"])) as emu:
+        config.update({"storage": str(tmp_path / "store"), "chunk_size": 10})
+        config["endpoint"].update({"base_url": emu.url, "dialect": dialect, "stream": False,
+                                   "return_token_ids": False})
+        config["datasets"] = [{**d, "limit": LIMIT} for d in config["datasets"]
+                              if d["name"] == "B1_glaive"]
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(yaml.safe_dump(config))
+        run = dataset_run(path, "B1_glaive")
+        result, sent = requests_during(emu, lambda: asyncio.run(run_dataset(run, None)))
+    assert result.outcome == "published", result.summary
+    probe = result.summary["probe"]
+    assert probe["status"] == "probed" and sent == probe["requests"] + LIMIT
+    stored = read_profile(run)[0]
+    assert stored is not None and stored.tool_calls_recoverable is True
+    assert stored.findings.strips_content_beside_calls is strips, stored.findings.evidence
+    assert stored.findings.counts_stop_token is True
+    assert seen == [stored.traits()]

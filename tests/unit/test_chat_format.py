@@ -220,9 +220,14 @@ def test_the_config_format_reaches_requests_fingerprints_and_the_probe(tmp_path)
             "datasets": [{"name": "d", "adapter": "magicoder", "source": "bundled:B3_magicoder"}],
         })
 
-    qwen_cfg, kimi_cfg = config(format="qwen3"), config()
+    qwen_cfg, kimi_cfg = config(format="qwen3"), config(format="kimi-k2.5")
     assert qwen_cfg.format_name == "qwen3" and qwen_cfg.endpoint.format == "qwen3"
-    assert kimi_cfg.format_name == "kimi-k2.5"  # a model no format claims: the default
+    assert kimi_cfg.format_name == "kimi-k2.5"
+    # A served name no format claims (vLLM's --served-model-name): the config must say which
+    # format, rather than reconstruct with another family's.
+    with pytest.raises(ConfigError, match=r"no chat format is known for model 'served-model'"
+                                          r".*`format:`"):
+        config()
     prompt = Prompt(sample_id="s", messages=[{"role": "user", "content": "hi"}], tools=None,
                     tool_mode="tools", meta={})
     assert build_request(prompt, qwen_cfg.endpoint)["chat_template_kwargs"] == {
@@ -234,6 +239,7 @@ def test_the_config_format_reaches_requests_fingerprints_and_the_probe(tmp_path)
         "kimi-k2.5")
     runs = [DatasetRun(c, c.datasets[0]) for c in (qwen_cfg, kimi_cfg)]
     assert runs[0].reconstruct_fp != runs[1].reconstruct_fp
-    assert not reads_provider_traits("qwen3") and reads_provider_traits("kimi-k2.5")
+    # Both read the probe's traits (Qwen3: the stop-token count and the strip finding).
+    assert reads_provider_traits("qwen3") and reads_provider_traits("kimi-k2.5")
     with pytest.raises(ConfigError, match="unknown chat format 'llama3'"):
         config(format="llama3")

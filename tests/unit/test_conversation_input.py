@@ -209,11 +209,11 @@ def test_dataset_turns_config_and_fingerprints(tmp_path):
 
     with pytest.raises(ConfigError, match="turns: all needs an adapter with whole"):
         parse_config({"storage": str(tmp_path), "endpoint": {
-            "base_url": "http://localhost:1/v1", "model": "m"},
+            "base_url": "http://localhost:1/v1", "model": "moonshotai/kimi-k2.5"},
             "datasets": [{"name": "D", "adapter": "magicoder", "source": "x", "turns": "all"}]})
     with pytest.raises(ConfigError, match=r"needs endpoint\.mode realtime"):
         parse_config({"storage": str(tmp_path), "endpoint": {
-            "base_url": "http://localhost:1/v1", "model": "m", "mode": "batch",
+            "base_url": "http://localhost:1/v1", "model": "moonshotai/kimi-k2.5", "mode": "batch",
             "provider": {"only": ["moonshotai"]}},
             "datasets": [{"name": "D", "adapter": "glaive", "source": "x", "turns": "all"}]})
 

@@ -139,7 +139,8 @@ def test_walk_to_the_end_with_the_models_own_history_and_readdressed_results():
     assert isinstance(second, Request) and (second.user_turn, second.step) == (0, 1)
     assert second.messages == [
         SYSTEM, U0,
-        {"role": "assistant", "content": "", "reasoning_content": "two cities",
+        {"role": "assistant", "content": "", "reasoning": "two cities",
+         "reasoning_content": "two cities",
          "tool_calls": [
              {"id": "functions.weather:1", "type": "function",
               "function": {"name": "weather", "arguments": '{"city":"Rome"}'}},
@@ -155,7 +156,8 @@ def test_walk_to_the_end_with_the_models_own_history_and_readdressed_results():
     assert isinstance(third, Request) and (third.user_turn, third.step) == (1, 0)
     assert third.messages[:5] == second.messages
     assert third.messages[5:] == [
-        {"role": "assistant", "content": "It is warm in both.", "reasoning_content": "done"},
+        {"role": "assistant", "content": "It is warm in both.", "reasoning": "done",
+         "reasoning_content": "done"},
         U1]
     a2 = kimi_answer("", [OSLO])
     a3 = kimi_answer("Cold.")
@@ -194,7 +196,7 @@ def test_model_calls_where_the_dataset_turn_has_no_more_steps():
 def test_kimi_history_message():
     calls = [ToolCall("functions.f:0", "f", '{"a": 1}')]
     assert KIMI.history_message(completion("x", calls, reasoning="r"), thinking=True) == {
-        "role": "assistant", "content": "x", "reasoning_content": "r",
+        "role": "assistant", "content": "x", "reasoning": "r", "reasoning_content": "r",
         "tool_calls": [{"id": "functions.f:0", "type": "function",
                         "function": {"name": "f", "arguments": '{"a": 1}'}}]}
     assert KIMI.history_message(completion("x", reasoning="r"), thinking=False) == {
@@ -214,7 +216,7 @@ def test_kimi_history_message():
 def test_qwen3_history_message():
     calls = [ToolCall("chatcmpl-tool-abc", "f", '{"a": 1}')]
     assert QWEN.history_message(completion("", calls, reasoning="r"), thinking=True) == {
-        "role": "assistant", "content": "", "reasoning_content": "r",
+        "role": "assistant", "content": "", "reasoning": "r", "reasoning_content": "r",
         "tool_calls": [{"id": "chatcmpl-tool-abc", "type": "function",
                         "function": {"name": "f", "arguments": '{"a": 1}'}}]}
     raw = 'Checking.\n<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
@@ -245,7 +247,7 @@ def _record(rid: str, messages: list[dict], message: dict, status: str = "ok",
 
 
 def test_replay_follows_the_logged_path_and_stops_at_the_first_gap():
-    call_msg = {"role": "assistant", "content": "", "reasoning_content": "r",
+    call_msg = {"role": "assistant", "content": "", "reasoning": "r", "reasoning_content": "r",
                 "tool_calls": [
                     {"id": "functions.weather:0", "type": "function",
                      "function": {"name": "weather", "arguments": '{"city":"Paris"}'}},
@@ -258,7 +260,7 @@ def test_replay_follows_the_logged_path_and_stops_at_the_first_gap():
     nxt = advance(PLAN, answers)
     assert isinstance(nxt, Request) and (nxt.user_turn, nxt.step) == (0, 1)
     # the next record only counts when it answers the messages this path asks
-    text = {"role": "assistant", "content": "Warm.", "reasoning_content": "r2"}
+    text = {"role": "assistant", "content": "Warm.", "reasoning": "r2", "reasoning_content": "r2"}
     finals["conv-1/t0/s1"] = _record("conv-1/t0/s1", nxt.messages, text)
     assert len(conversation_answers(PLAN, finals, KIMI)) == 2
     finals["conv-1/t0/s1"] = _record("conv-1/t0/s1", nxt.messages[:-1], text)
@@ -276,4 +278,4 @@ def test_answer_from_record_reads_thinking_from_the_request():
     assert answer_from_record(record, KIMI).message == {"role": "assistant", "content": "hi"}
     del record["request"]["chat_template_kwargs"]
     assert answer_from_record(record, KIMI).message == {
-        "role": "assistant", "content": "hi", "reasoning_content": "r"}
+        "role": "assistant", "content": "hi", "reasoning": "r", "reasoning_content": "r"}

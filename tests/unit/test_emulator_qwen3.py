@@ -1,4 +1,4 @@
-"""The emulator serving Qwen3 (profiles vllm-hermes and openrouter): its answers, plain and
+"""The emulator serving Qwen3 (profiles vllm-hermes, openrouter and sglang): its answers, plain and
 streamed, reconstruct to exactly the ids it says the model saw and wrote.
 
 The emulator's truth comes from `servers.model_ids` (segment by segment) and its prompt from the
@@ -47,7 +47,7 @@ def _request(k: int, profile: str) -> dict:
     return request
 
 
-@pytest.mark.parametrize("profile", ["vllm-hermes", "openrouter"])
+@pytest.mark.parametrize("profile", ["vllm-hermes", "openrouter", "sglang"])
 def test_qwen3_answers_reconstruct_to_the_emulators_true_ids(qwen, profile):
     config = EmulatorConfig(profile=profile, model="Qwen/Qwen3-8B", seed=7,
                             reasoning_tokens_mean=40, content_tokens_mean=30)

@@ -29,6 +29,8 @@ INTERNAL = {
     # -> the emulated server's HTTP 400 body (what a real server answers a bad request with)
     "specregen.emulator.generate.RequestError": "the emulator's 400 answer",
     "specregen.models.qwen3.servers.RequestError": "the emulator's 400 answer",
+    # -> the restated SGLang stream parser's "nothing to complete yet" (upstream swallows it too)
+    "specregen.models.qwen3.servers._PartialJSONError": "caught by the stream restatement",
 }
 
 

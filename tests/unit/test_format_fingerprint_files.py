@@ -36,6 +36,9 @@ def test_files_left_out_are_never_imported_by_reconstruction():
         assert used <= files, (name, used - files)
         # ...and the emulator's served side is not (editing it reruns nothing).
         assert "served" not in files
+    # Nor the Qwen3 fidelity bench's answer corpus (emulator/bench code only).
+    qwen3 = {p.name for p in format_source_files("qwen3")}
+    assert "corpus.py" not in qwen3 and {"format.py", "servers.py"} <= qwen3
 
 
 def test_kimi_fingerprint_keeps_the_readings_and_the_template():

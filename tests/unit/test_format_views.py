@@ -162,10 +162,18 @@ def test_probe_rules_come_from_the_format(qwen):
     kimi = probe_rules("kimi-k2.5")
     assert isinstance(kimi, ProbeRules)
     assert kimi.id_form == "functions.NAME:IDX"
+    # Qwen3's model writes no ids: the servers' are the form (models/qwen3/probe.py).
+    qwen3 = probe_rules("qwen3")
+    assert isinstance(qwen3, ProbeRules)
+    assert (qwen3.id_form, qwen3.placeholder) == ("server", None)
+
+
+def test_a_format_without_probe_rules_is_refused_before_any_request(monkeypatch):
+    import specregen.models.qwen3 as package
+
+    # A package without `make_probe_rules` (every registered format has one today).
+    monkeypatch.delattr(package, "make_probe_rules")
     assert probe_rules("qwen3") is None
-
-
-def test_a_format_without_probe_rules_is_refused_before_any_request():
     cfg = EndpointConfig(base_url="http://127.0.0.1:9", model="Qwen/Qwen3-8B")
     assert cfg.format_name == "qwen3"
     with pytest.raises(ProbeSetupError, match="qwen3 format has no endpoint probe"):

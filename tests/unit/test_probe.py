@@ -673,7 +673,8 @@ def test_a_section_opened_inside_the_thinking(mini_fmt):
 def test_the_pipeline_config_takes_a_probe_mode():
     from specregen.config import ConfigError, parse_config
 
-    base = {"storage": "out", "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "m"},
+    base = {"storage": "out",
+            "endpoint": {"base_url": "http://127.0.0.1:1/v1", "model": "moonshotai/kimi-k2.5"},
             "datasets": [{"name": "d", "adapter": "glaive", "source": "bundled:B1_glaive"}]}
     assert parse_config(base).probe == "auto"
     assert parse_config({**base, "probe": "required"}).probe == "required"

@@ -1,4 +1,4 @@
-"""Qwen3 behind SGLang (`--reasoning-parser qwen3 --tool-call-parser qwen25`, non-streamed):
+"""Qwen3 behind SGLang (`--reasoning-parser qwen3 --tool-call-parser qwen25`), plain and streamed:
 hand-checked cases of the restated parsers and message handling (docs/qwen3.md, "SGLang"), and
 the emulator's `sglang` profile reconstructing to its true ids."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from specregen.client.sse import assemble_lines
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.qwen3 import servers as sv
@@ -132,11 +133,12 @@ def test_sglang_messages_and_prompt():
                 {**call, "function": {"name": "f", "arguments": bad}}]}])
 
 
-def test_the_emulators_sglang_profile_reconstructs_exactly():
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_emulators_sglang_profile_reconstructs_exactly(stream):
     qwen = get_format("qwen3", load_tokenizer("mini-qwen3"))
     config = EmulatorConfig(profile="sglang", model="Qwen/Qwen3-8B", seed=11,
                             reasoning_tokens_mean=30, content_tokens_mean=20)
-    with_calls = stripped = 0
+    with_calls = stripped = cut = exact = 0
     with serve_in_thread(config, qwen.tok) as emu:
         for k in range(24):
             request = {"model": "Qwen/Qwen3-8B", "return_token_ids": True,
@@ -145,7 +147,17 @@ def test_the_emulators_sglang_profile_reconstructs_exactly():
                 request["tools"] = TOOLS
             if k % 4 == 1:
                 request["chat_template_kwargs"] = {"enable_thinking": False}
-            body = httpx.post(emu.url + "/chat/completions", json=request, timeout=30).json()
+            if stream and k % 5 == 4:
+                request["max_tokens"] = 12 + k
+            if stream:
+                request = {**request, "stream": True}
+                text = httpx.post(emu.url + "/chat/completions", json=request,
+                                  timeout=30).text
+                body, done = assemble_lines(text.splitlines())
+                assert done
+            else:
+                body = httpx.post(emu.url + "/chat/completions", json=request,
+                                  timeout=30).json()
             message = body["choices"][0]["message"]
             assert "reasoning" not in message and message["content"] is not None
             for call in message.get("tool_calls") or ():
@@ -153,12 +165,118 @@ def test_the_emulators_sglang_profile_reconstructs_exactly():
                 with_calls += 1
                 stripped += message["content"] == message["content"].strip()
             truth = body["choices"][0]["token_ids"]
+            cut += body["choices"][0]["finish_reason"] == "length"
             for ids in (truth, None):
                 sample = reconstruct(f"s{k}", request, {**body, "prompt_token_ids": None},
                                      qwen, reference_completion_ids=ids)
+                assert sample.status == "ok", (k, stream, sample.flags)
                 assert sample.input_ids == body["prompt_token_ids"] + truth, (k, sample.flags)
-                assert sample.status == "ok", (k, sample.flags)
-        streamed = httpx.post(emu.url + "/chat/completions", timeout=30,
-                              json={**request, "stream": True})
-        assert streamed.status_code == 400 and "non-streamed" in streamed.text
-    assert with_calls >= 4 and stripped == with_calls
+                exact += 1
+    assert exact == 48
+    assert with_calls >= 4
+    # Non-streamed content before calls comes back stripped; streamed it keeps its newlines.
+    # (Streamed, only an empty content with thinking off looks stripped.)
+    assert stripped == with_calls if not stream else stripped < with_calls
+    assert cut >= (2 if stream else 0)
+
+
+# -- the stream (expectations worked out by hand from serving_chat._generate_chat_stream, the
+# reasoning detector's streaming increment and the qwen25/base detectors; docs/qwen3.md)
+
+
+def streamed(deltas, *, thinking=None, tools=True, truncated=False):
+    request = {"messages": [{"role": "user", "content": "q"}], "stream": True}
+    if tools:
+        request["tools"] = TOOLS
+    if thinking is not None:
+        request["chat_template_kwargs"] = {"enable_thinking": thinking}
+    out = sv.Output("".join(deltas), tuple(sv.Delta(d, 0) for d in deltas), truncated)
+    return sv.sglang_stream(out, request)
+
+
+CALL_STEPS = ["<tool_call>", "\n", '{"name": "get_weather", ', '"arguments": {"city": ',
+              '"Par', 'is"}}']
+
+
+def test_stream_reasoning_then_content_untrimmed():
+    s = streamed(["<think>", "\nR", "\n", "</think>", "\n\n", "Hi", ""], tools=False)
+    assert (s.parsed.reasoning, s.parsed.content, s.parsed.finish_reason) == (
+        "\nR\n", "\n\nHi", "stop")
+    # Not forced: a `<` alone is held (a prefix of `<think>`), then passed on.
+    s = streamed(["a", "<", "b>", ""], thinking=False, tools=False)
+    assert (s.parsed.reasoning, s.parsed.content) == (None, "a<b>")
+
+
+def test_stream_content_before_calls_keeps_its_newlines_and_nothing_follows_the_calls():
+    s = streamed(["Sure", ".\n", *CALL_STEPS, "\n", "</tool_call>", ""], thinking=False)
+    # Text before the call is not stripped (the non-streamed answer strips it). Arguments:
+    # the completing step sends the whole `json.dumps` (the first value had nothing to diff).
+    assert (s.parsed.content, calls_of(s.parsed), s.parsed.finish_reason) == (
+        "Sure.\n", [("get_weather", '{"city": "Paris"}')], "tool_calls")
+    assert s.content_at_calls == (6,)
+    # Once a call is done, a buffer opening with the separator "\n" stays in the detector:
+    # the newlines, `</tool_call>` and any text after the calls are never sent.
+    two = [*CALL_STEPS, "\n", "</tool_call>", "\n", *CALL_STEPS, "\n", "</tool_call>",
+           "\n", "Done.", ""]
+    s = streamed(two, thinking=False)
+    assert (s.parsed.content, s.content_at_calls) == ("", (0, 0))
+    assert calls_of(s.parsed) == [("get_weather", '{"city": "Paris"}')] * 2
+    # Braces in the text before a call are plain text (`has_tool_call` is the trigger).
+    s = streamed(["v", "{3", "}", "\n", *CALL_STEPS, ""], thinking=False)
+    assert (s.parsed.content, len(s.parsed.calls)) == ("v{3}\n", 1)
+
+
+def test_stream_arguments_are_ascii_escaped_dumps_and_topped_up_at_a_cut():
+    steps = [*CALL_STEPS[:-2], '"北京"}}', "\n", "</tool_call>", ""]
+    s = streamed(steps, thinking=False)
+    assert calls_of(s.parsed) == [("get_weather", '{"city": "\\u5317\\u4eac"}')]
+    # Cut inside the string: the stable prefix was streamed, then the finishing chunk adds
+    # the rest of `json.dumps(partial, ensure_ascii=False)` -- a closed object.
+    s = streamed([*CALL_STEPS[:-1], "is"], thinking=False, truncated=True)
+    assert (calls_of(s.parsed), s.parsed.finish_reason) == (
+        [("get_weather", '{"city": "Paris"}')], "length")
+    # Empty arguments are falsy: never streamed, never tracked, so not topped up either.
+    s = streamed(["<tool_call>", "\n", '{"name": "get_weather", ', '"arguments": {}}', "\n",
+                  "</tool_call>", ""], thinking=False)
+    assert (s.parsed.content, calls_of(s.parsed), s.parsed.finish_reason) == (
+        "", [("get_weather", "")], "tool_calls")
+
+
+def test_sglang_detokenizer_shows_printable_text_and_keeps_a_cut_character():
+    assert sv._printable("ab \ufffd") == "ab " and sv._printable("北\ufffd") == "北"
+    assert sv._printable("x\n") == "x\n" and sv._printable("ab\ufffd") == ""
+    tok = load_tokenizer("mini-qwen3")
+    ids = tok.encode_ordinary("ok 🙂")
+    pieces = [tok.decode_bytes([i]) for i in ids]
+    assert b"".join(pieces) == "ok 🙂".encode() and len(pieces) > 2
+    out = sv.sglang_decode_output(ids, tok, truncated=False)
+    assert out.text == "ok 🙂" and all("\ufffd" not in d.text for d in out.deltas)
+    cut = sv.sglang_decode_output(ids[:-1], tok, truncated=True)
+    assert cut.text.endswith("\ufffd")  # the finishing step shows the unfinished character
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_character_cut_by_max_tokens_is_never_a_wrong_ok(stream):
+    # SGLang sends the cut character as U+FFFD: its bytes are unknown, so the sample is
+    # flagged; a cut between characters still comes back exactly.
+    qwen = get_format("qwen3", load_tokenizer("mini-qwen3"))
+    request = {"model": "m", "messages": [{"role": "user", "content": "q"}],
+               "chat_template_kwargs": {"enable_thinking": False}}
+    prompt = sv.sglang_encode_prompt(request, qwen.tok)
+    full = sv.model_ids(qwen.tok, reasoning=None, content="Hello 🙂🙂 there", calls=[])
+    seen = set()
+    for cut in range(3, len(full)):
+        ids = full[:cut]
+        out = sv.sglang_decode_output(ids, qwen.tok, True)
+        p = (sv.sglang_stream(out, request).parsed if stream else sv.sglang_parse(out, request))
+        body = {"choices": [{"index": 0, "finish_reason": p.finish_reason, "message": {
+            "role": "assistant", "content": p.content, "reasoning_content": p.reasoning}}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}}
+        sample = reconstruct("x", {**request, "stream": stream}, body, qwen)
+        mid_char = p.content.endswith("\ufffd")
+        seen.add(mid_char)
+        if mid_char:
+            assert "truncated_tail_unknown" in sample.flags and sample.status == "flagged"
+        else:
+            assert sample.status == "ok" and sample.input_ids[sample.prompt_len:] == ids
+    assert seen == {True, False}

@@ -184,3 +184,41 @@ def test_a_think_block_in_content_is_split_only_where_the_text_stays_the_same(qw
     assert "reasoning_unsplit" not in reading.flags and "reasoning_missing" in reading.flags
     # No think block at the start: nothing to read back.
     assert "reasoning_unsplit" not in read("Text <think> later").flags
+
+
+def test_sglang_stream_fields_read_back_to_the_models_ids(qwen):
+    """SGLang's stream (qwen25 detector): content before the calls keeps its newlines;
+    arguments are `json.dumps` with ASCII escapes. The truth is `servers.model_ids`, the fields
+    the restated stream (`servers.sglang_stream`)."""
+    from specregen.models.qwen3 import servers as sv
+
+    tools = [WEATHER]
+    cases = [(True, "Let me check.", [{"city": "Paris"}, {"city": "北京"}]),
+             (True, "", [{"city": "Rome"}]),
+             (False, "Sure.", [{"city": "Oslo"}]),
+             (False, "", [{"city": "Lyon"}, {"city": "Nice"}]),
+             (True, "Just an answer.", []),
+             (False, "", [{}])]  # `{}` is never streamed: "" comes back
+    for thinking, content, args in cases:
+        request = {"messages": [{"role": "user", "content": "q"}], "tools": tools,
+                   "stream": True, "chat_template_kwargs": {"enable_thinking": thinking}}
+        written = [("get_weather", json.dumps(a, ensure_ascii=False)) for a in args]
+        ids = sv.model_ids(qwen.tok, reasoning="Thinking." if thinking else None,
+                           content=content, calls=written)
+        fields = sv.sglang_stream(sv.sglang_decode_output(ids, qwen.tok, False), request)
+        calls = [ToolCall(f"call_{k:024x}", c.name, c.arguments)
+                 for k, c in enumerate(fields.parsed.calls)]
+        assert len(calls) == len(args)
+        # Older base detectors (sglang base_format_detector.py@72a0fbe) also send a "\n" that
+        # ends a call's JSON on a step of its own, and the "\n" between calls, as content.
+        for leak in ("", "\n\n" * len(calls)):
+            completion = Completion(reasoning=fields.parsed.reasoning,
+                                    content=fields.parsed.content + leak, tool_calls=calls,
+                                    finish_reason=fields.parsed.finish_reason)
+            (reading,) = qwen.readings(request, completion, calls, thinking, False, 0,
+                                       ProviderTraits())
+            assert reading.ids == ids, (thinking, content, leak, reading.flags)
+            if leak:
+                assert "content_whitespace_guessed" in reading.flags
+            if any(not c.arguments or "\\u" in c.arguments for c in calls):
+                assert "arguments_canonical_assumed" in reading.flags

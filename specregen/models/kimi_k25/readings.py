@@ -60,11 +60,14 @@ def readings(
                 first_tool_index=history, think_end=think_end, verbatim_ids=bool(id_notes),
                 encoded=encoded,
             )
-            if any(o.thinking == think and o.ids == assembled.ids for o in out):
-                continue
-            flags = [*notes, *id_notes, *assembled.flags]
-            flags += reading_flags(request, completion, assembled, think)
-            out.append(Reading(think, assembled, list(dict.fromkeys(flags))))
+            ids = assembled.ids
+            for other in out:
+                if other.thinking == think and other.ids == ids:
+                    break
+            else:
+                flags = [*notes, *id_notes, *assembled.flags,
+                         *reading_flags(request, completion, assembled, think)]
+                out.append(Reading(think, assembled, list(dict.fromkeys(flags))))
     return out
 
 

@@ -8,8 +8,9 @@ refuses raises `FormatError` (the emulator answers it with a 400 naming the fiel
 
 * vLLM (`chat_utils._parse_chat_message_content`, `_postprocess_messages`): history tool-call
   arguments are parsed and handed to the template as objects (re-serialised by `tojson`); empty
-  arguments become `{}`; an empty `tool_calls` list is dropped; reasoning is passed only when it
-  is not null; a tool message carries `tool_call_id` only when the client sent one.
+  arguments become `{}`; an empty `tool_calls` list is dropped; an earlier answer's reasoning is
+  read from `reasoning` only, when not null (a client's `reasoning_content` is dropped,
+  vllm-project/vllm#38488); a tool message carries `tool_call_id` only when the client sent one.
 * SGLang (`serving_chat._apply_jinja_template`): arguments are parsed the same way (a value that
   is not a JSON object is a 400); every message is the request model's dump, so absent optional
   fields are present as null (`reasoning_content`, `tool_call_id`, a call's `id`) and the
@@ -107,8 +108,9 @@ def _vllm_message(i: int, message: dict[str, Any]) -> dict[str, Any]:
                 fn["arguments"] = _arguments(i, j, fn.get("arguments"), family="vllm")
                 call["function"] = fn
                 out["tool_calls"].append(call)
-        reasoning = next((message[k] for k in ("reasoning", "reasoning_content")
-                          if message.get(k) is not None), None)
+        # vLLM reads `reasoning` only; a `reasoning_content` is dropped
+        # (`chat_utils._parse_chat_message_content`, vllm-project/vllm#38488).
+        reasoning = message.get("reasoning")
         if reasoning is not None:
             out["reasoning"] = out["reasoning_content"] = reasoning
     elif role == "tool" and "tool_call_id" in message:

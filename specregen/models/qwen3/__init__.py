@@ -18,6 +18,7 @@ from specregen.models.qwen3.format import (
     source_files,
     structure_problems,
 )
+from specregen.models.qwen3.probe import make_probe_rules
 from specregen.models.qwen3.render import (
     TEMPLATE_PATH,
     FormatError,
@@ -37,9 +38,11 @@ from specregen.models.qwen3.tokens import (
     check_tokenizer,
 )
 
-# Reconstruction reads no provider traits: the ids hold no server-made part and vLLM's parsers
-# keep the text (docs/qwen3.md), so the endpoint probe has nothing to find for this format.
-READS_PROVIDER_TRAITS = False
+# Reconstruction reads provider traits: whether the provider counts `<|im_end|>` (reconstruct.py,
+# any format) and whether it strips the content beside calls (SGLang does, vLLM does not:
+# docs/qwen3.md), both learned by the endpoint probe (`probe.py`), which also refuses a
+# tool-call dataset whose calls come back unrecoverable before anything is paid.
+READS_PROVIDER_TRAITS = True
 
 __all__ = [
     "ADDED_IDS",
@@ -61,6 +64,7 @@ __all__ = [
     "is_server_tool_id",
     "last_query_index",
     "make_format",
+    "make_probe_rules",
     "render_blocks",
     "render_prompt_text",
     "render_with_template",

@@ -18,7 +18,9 @@ Arguments: vLLM's hermes parser (non-streaming) returns `json.dumps(arguments,
 ensure_ascii=False)` of the parsed call, so the model's own spacing is lost. The template shows
 the model `tojson` output (the same `json.dumps` defaults), so that is what the model writes in
 the common case and what reconstruction rebuilds; `arguments_canonical_assumed` says so on every
-re-serialised call. A streamed call's arguments are the model's own text, kept verbatim.
+re-serialised call. A streamed call's arguments are the model's own text (vLLM), kept
+verbatim -- unless they are `json.dumps` with ASCII escapes of non-ASCII text (SGLang's stream):
+then the canonical form is assumed as for a re-dumped call.
 """
 
 from __future__ import annotations
@@ -141,6 +143,16 @@ def canonical_arguments(arguments: str) -> tuple[str, bool]:
     return canonical, canonical == arguments
 
 
+def ascii_escaped_dump(arguments: str) -> bool:
+    """Whether `arguments` is `json.dumps` with its default ASCII escapes of a value that has
+    non-ASCII characters (what SGLang's stream sends), i.e. not what Qwen3 writes."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return False
+    return arguments == json.dumps(value) != json.dumps(value, ensure_ascii=False)
+
+
 def is_server_tool_id(tool_id: str | None) -> bool:
     return bool(tool_id) and SERVER_TOOL_ID.match(tool_id) is not None
 
@@ -164,8 +176,10 @@ class Qwen3:
     # argument pieces) and sends content only before the first `<tool_call>` (vLLM's
     # `extract_tool_calls_streaming`); there is no probe to say it per provider, so the format
     # says it (`chat_format.streams_calls_as_parsed`): the client's record of the stream's order
-    # places the content. A call sent whole (SGLang versions that stream whole blocks) leaves
-    # no record (normalize.py), so that order still proves nothing.
+    # places the content. SGLang's qwen25 detector streams the same way (older versions also
+    # send a "\n" after a call as content: read back in `_layout`). A call sent whole (SGLang
+    # versions that stream whole blocks) leaves no record (normalize.py), so that order still
+    # proves nothing.
     calls_streamed_as_parsed = True
 
     def __init__(self, tokenizer: Tokenizer) -> None:
@@ -205,6 +219,8 @@ class Qwen3:
                  traits: ProviderTraits) -> list[Reading]:
         """One reading: vLLM's qwen3 + hermes parsers keep all text but the separators the
         assembly restores (flagged), and re-dump non-streamed arguments (canonical assumed).
+        A non-streamed answer with thinking off and no calls gets a second one, so that a
+        count it does not fit is ambiguous (a head dropped before a `<think>`, see below).
 
         A think block returned inside the content (vLLM's stream after a prompt whose last
         think block is closed -- every later answer of a tool loop -- or a server without a
@@ -213,14 +229,28 @@ class Qwen3:
         model wrote (a reasoning block, not a missing reasoning and literal think tags)."""
         verbatim = request.get("stream") is True
         reasoning = completion.reasoning if thinking else None
+        # The probe's finding: whether the provider strips the text beside calls (SGLang's
+        # qwen25, non-streamed) or returns it as written (vLLM's hermes).
+        stripped = traits.strips_content_beside_calls
+        if stripped is None and calls and all(
+                (c.id or "").startswith("chatcmpl-tool-") for c in calls):
+            # Ids only vLLM makes (`make_tool_call_id`; SGLang's are `call_...`): its hermes
+            # parser returns the text before the calls as the model wrote it, never stripped.
+            stripped = False
+        # Content the stream sent after a call's first delta (the client's note): only that
+        # can be the newlines an older SGLang detector leaks (`_layout`).
+        at = completion.content_at_calls
+        leaks = not (at and at[0] >= len(completion.content or ""))
         layout = self._layout(reasoning, completion.content, calls, thinking=thinking,
-                              truncated=truncated, arguments_verbatim=verbatim)
+                              truncated=truncated, arguments_verbatim=verbatim,
+                              content_stripped=stripped, leaks_possible=leaks)
         flags: list[str] = []
         found = (_think_block_in_content(completion.content)
                  if thinking and completion.reasoning is None else None)
         if found is not None:
             split = self._layout(*found, calls, thinking=thinking, truncated=truncated,
-                                 arguments_verbatim=verbatim)
+                                 arguments_verbatim=verbatim, content_stripped=stripped,
+                                 leaks_possible=leaks)
             if split.text == layout.text:
                 layout = split
                 flags.append("reasoning_unsplit")
@@ -231,14 +261,46 @@ class Qwen3:
         if not thinking and completion.reasoning:
             # The server thought although the request said not to: not what the ids show.
             flags.append("thinking_mode_mismatch")
+        if truncated and (completion.content or completion.reasoning or "").endswith("\ufffd"):
+            # SGLang's detokenizer sends a character cut by `max_tokens` as U+FFFD at the end
+            # (the finishing step is not held back): the bytes the model wrote are unknown.
+            flags.append("truncated_tail_unknown")
         if completion.finish_reason == "tool_calls" and not assembled.tool_calls:
             flags.append("finish_reason_mismatch")
         elif completion.finish_reason == "content_filter":
             flags.append("content_filter")
         if "tool_call_in_reasoning" in assembled.flags:
             flags.append("tool_calls_in_reasoning")
-        return [Reading(thinking=thinking, assembled=assembled,
-                        flags=[*assembled.flags, *flags])]
+        content = completion.content or ""
+        if (verbatim and truncated and reasoning is not None and not calls
+                and content.startswith(TOOL_CALL) and THINK_END not in content):
+            # A cut stream whose text after the reasoning opens with an unparsed `<tool_call>`:
+            # the model wrote `</think>` right before the tag (vLLM, SGLang), or the tag inside
+            # its reasoning and SGLang's stream ended the reasoning there -- and then dropped
+            # the `</tool_call>` it wrote (the qwen25 detector deletes it from normal text) at
+            # a place no field shows. The count cannot tell them apart.
+            flags.append("reading_ambiguous")
+        first = Reading(thinking=thinking, assembled=assembled, flags=[*assembled.flags, *flags])
+        out = [first]
+        if not thinking and not verbatim and not calls:
+            # vLLM's qwen3 reasoning parser drops everything up to a `<think>` even with
+            # thinking off (`extract_reasoning`, no `</think>` after it): the text may have
+            # lost a head no field shows. A reading with a head in front (`<think>\n`, two
+            # tokens: never a rival when ours fits, even with the stop token's counting
+            # unknown) makes any count ours does not fit ambiguous, not a tolerated resplit.
+            alt = self._respelled(assembled, THINK + "\n" + assembled.text,
+                                  assembled.tool_calls, truncated)
+            out.append(Reading(thinking=thinking, assembled=alt,
+                               flags=[*first.flags, "reading_ambiguous"]))
+        return out
+
+    def _respelled(self, base: Assembled, text: str, calls: Sequence[ToolCall],
+                   truncated: bool) -> Assembled:
+        """`base` with another model-written text (a second reading of the same fields)."""
+        alt = Assembled(ids=[], reasoning=base.reasoning, content=base.content,
+                        tool_calls=list(calls), api_tool_calls=base.api_tool_calls,
+                        flags=list(base.flags), text=text)
+        return self._encode(alt, truncated)
 
     def prompt_variants(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, thinking: bool,
@@ -380,6 +442,7 @@ class Qwen3:
         thinking: bool,
         truncated: bool,
         arguments_verbatim: bool = False,
+        content_stripped: bool | None = None,
     ) -> Assembled:
         """Completion ids from the API's fields, as vLLM's qwen3 + hermes parsers return them:
         `<think>` R `</think>` C [calls] `<|im_end|>`.
@@ -393,7 +456,8 @@ class Qwen3:
         (a streamed call); otherwise they were re-dumped and the canonical form is assumed.
         """
         layout = self._layout(reasoning, content, tool_calls, thinking=thinking,
-                              truncated=truncated, arguments_verbatim=arguments_verbatim)
+                              truncated=truncated, arguments_verbatim=arguments_verbatim,
+                              content_stripped=content_stripped)
         return self._encode(layout, truncated)
 
     def _encode(self, layout: Assembled, truncated: bool) -> Assembled:
@@ -405,25 +469,54 @@ class Qwen3:
 
     def _layout(self, reasoning: str | None, content: str | None,
                 tool_calls: Sequence[ToolCall], *, thinking: bool, truncated: bool,
-                arguments_verbatim: bool) -> Assembled:
+                arguments_verbatim: bool, content_stripped: bool | None = None,
+                leaks_possible: bool = True) -> Assembled:
         """`assemble` up to the text (ids not yet encoded)."""
         flags: list[str] = []
         calls = list(tool_calls)
         api_calls = list(calls)
         parts: list[str] = []
+        # SGLang's streamed reasoning parser ends the reasoning at a `<tool_call>` inside it
+        # (docs/qwen3.md, "Stream"): the content then starts with the tag, and the model's own
+        # `</think>` comes later in it. Inserting one more would write a second `</think>`
+        # (vLLM's parsers split at the first one, so they never return this shape unless the
+        # model wrote `</think>` twice, the first glued to a `<tool_call>`).
+        implicit_end = (thinking and reasoning is not None and content is not None
+                        and content.startswith(TOOL_CALL) and THINK_END in content)
         if thinking and reasoning is not None:
             parts.append(THINK + reasoning)
-            cut_in_reasoning = truncated and content is None and not calls
-            if not cut_in_reasoning:
+            # SGLang sends content "" where vLLM sends none: a cut with no content is a cut
+            # inside the reasoning either way (`usage` tells the rare cut right after it).
+            cut_in_reasoning = truncated and not content and not calls
+            if not cut_in_reasoning and not implicit_end:
                 parts.append(THINK_END)
         elif thinking:
             flags.append("no_reasoning_block")
         # The template's layout around content that precedes calls: "</think>\n\n" before
         # it (nothing after an empty-think prompt) and "\n" between it and the first call.
         lead = "\n\n" if thinking and reasoning is not None else ""
-        if content is not None and calls and content == content.strip():
+        if arguments_verbatim and content is not None and calls and leaks_possible:
+            # SGLang's stream with an older base detector (docs/qwen3.md, "Stream") also sends
+            # as content a "\n" that ends a call's JSON when it arrives on a step of its own,
+            # and the "\n" between calls: newlines beyond the template's one after the text
+            # before the calls. Read as the layout the template gives (vLLM's stream never adds
+            # them: then nothing changes; nor is a think block sent as content -- vLLM after a
+            # tool loop -- touched). Only when the content may have come after a call: a client
+            # note showing all of it before the first call's delta rules leaks out (a "\n\n"
+            # the model wrote before `<tool_call>` stays).
+            trimmed = content if THINK_END in content else lead if not content.strip() else (
+                content.rstrip("\n") + "\n" if content.endswith("\n\n") else content)
+            if trimmed != content:
+                content = trimmed
+                flags.append("content_whitespace_guessed")
+        if (content is not None and calls and content == content.strip() and not implicit_end
+                and (not content or (not arguments_verbatim and content_stripped is not False))):
             # SGLang's qwen25 parser strips the text before the calls ("" when only
             # whitespace): the model's separators are restored as the template lays them out.
+            # Not in a stream (both restated streams send the text as written), nor for a bare
+            # text from a provider the probe found returns it as written (vLLM's hermes:
+            # `strips_content_beside_calls` false): the model wrote it glued to the call.
+            # Whitespace-only text is dropped by every parser, so an empty one still gets it.
             parts.append(lead + content + ("\n" if content else ""))
             flags.append("content_whitespace_guessed")
         elif content is not None:
@@ -436,7 +529,15 @@ class Qwen3:
             rebuilt = []
             for call in calls:
                 args, canonical = canonical_arguments(call.arguments)
-                if arguments_verbatim:
+                if arguments_verbatim and not call.arguments:
+                    # SGLang's stream never sends falsy arguments: the model wrote `{}`.
+                    args = "{}"
+                    flags.append("arguments_canonical_assumed")
+                elif arguments_verbatim and ascii_escaped_dump(call.arguments):
+                    # SGLang streams `json.dumps(arguments)` (ASCII escapes), not the model's
+                    # text: the model wrote the characters (the template's `tojson` form).
+                    flags.append("arguments_canonical_assumed")
+                elif arguments_verbatim:
                     args = call.arguments
                 elif not canonical:
                     flags.append("arguments_not_canonical")
@@ -508,7 +609,10 @@ def structure_problems(ids: Sequence[int], marker_ids: dict[str, int], *, n_call
 def source_files() -> tuple[Path, ...]:
     """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
     # servers.py stays in: the readings restate the servers' parsers (see format.py imports).
-    return package_files(Path(__file__).resolve().parent, exclude=frozenset({"served.py"}))
+    # served.py (the emulator's server) and corpus.py (the fidelity bench's answers) are never
+    # imported by reconstruction: editing them reruns nothing.
+    return package_files(Path(__file__).resolve().parent,
+                         exclude=frozenset({"served.py", "corpus.py"}))
 
 
 def make_format(tokenizer: Tokenizer, **options: Any) -> Qwen3:

@@ -1,5 +1,13 @@
 """The Qwen3 chat template's behaviour, written as plain Python (our own code).
 
+We follow the current revision of the Qwen3 hybrid template (the one Qwen/Qwen3-8B ships since
+mid-2025, which tests `content is string` and `reasoning_content is string`). The April-2025
+revision it replaced gives the same text wherever it renders at all, except in two places: it
+prints a tool message's non-string content (`None`, a list's repr) where the current one prints
+nothing, and it takes any non-null `reasoning_content` as given (so content holding `</think>`
+is kept whole) where the current one ignores a non-string one. It raises on null or list content
+elsewhere, so a server running it refuses those requests.
+
 What the template does, in order:
 
 * System block. With tools: one system turn holding the first message's text when that message

@@ -1,5 +1,5 @@
 """Qwen3 behind a vLLM server (qwen3 reasoning parser + hermes tool parser) or an SGLang server
-(qwen3 reasoning parser + qwen25 tool parser, non-streamed: profile `sglang`), for the emulator.
+(qwen3 reasoning parser + qwen25 tool parser: profile `sglang`), for the emulator.
 
 The emulator decides WHAT the model writes (reasoning, content, calls as argument objects);
 this module says how Qwen3 writes it as ids (`servers.model_ids`, segment by segment, written
@@ -21,13 +21,14 @@ from typing import Any
 
 from specregen.models.qwen3.servers import (
     MarkerIds,
-    RequestError,
     decode_output,
     encode_prompt,
     model_ids,
     parse,
+    sglang_decode_output,
     sglang_encode_prompt,
     sglang_parse,
+    sglang_stream,
     template_kwargs,
 )
 from specregen.models.tokenizer import Tokenizer
@@ -101,9 +102,6 @@ class Qwen3Server:
         argument object); the server renders the prompt and parses the ids back."""
         upstream = self.upstream_request(request)
         stream = request.get("stream") is True
-        if self.family == "sglang" and stream:
-            raise RequestError("the sglang profile restates SGLang's non-streamed answers only"
-                               " (docs/qwen3.md); send stream=false")
         prompt = (sglang_encode_prompt(upstream, self.tok) if self.family == "sglang"
                   else encode_prompt(upstream, self.tok))
         written = [(name, self.arguments_text(args)) for name, args in calls]
@@ -112,10 +110,13 @@ class Qwen3Server:
         truncated = max_tokens is not None and len(ids) > max_tokens
         if truncated:
             ids = ids[:max_tokens]
-        out = decode_output(ids, self.tok, truncated)
         if self.family == "sglang":
-            parsed = sglang_parse(out, upstream)
+            out = sglang_decode_output(ids, self.tok, truncated)
+            # In the template's layout the restated stream sends content only before the first
+            # call (`StreamParsed.content_at_calls`): the order the emulator's frames use.
+            parsed = sglang_stream(out, upstream).parsed if stream else sglang_parse(out, upstream)
         else:
+            out = decode_output(ids, self.tok, truncated)
             parsed = parse(out, upstream, self.markers, stream=stream, prompt_ids=prompt)
         return ServedAnswer(
             prompt_ids=prompt, ids=list(ids), reasoning=parsed.reasoning,

@@ -1,5 +1,5 @@
 """What a vLLM server (`--reasoning-parser qwen3 --tool-call-parser hermes`) and an SGLang server
-(`--reasoning-parser qwen3 --tool-call-parser qwen25`, non-streamed) make of a Qwen3 request and
+(`--reasoning-parser qwen3 --tool-call-parser qwen25`) make of a Qwen3 request and
 completion: a re-statement, in our own code, of the upstream behaviour described in
 docs/qwen3.md, which names the upstream files and functions each rule comes from.
 
@@ -105,8 +105,10 @@ def parses_tools(request: dict[str, Any]) -> bool:
 def server_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The message dicts vLLM hands to the template: history arguments parsed to objects (so
     `tojson` dumps them again; empty means `{}`), text-part lists joined with newlines (the
-    template is string-content), null content as "", `reasoning` also as
-    `reasoning_content` (the name the Qwen3 template reads)."""
+    template is string-content), null content as "", an earlier answer's reasoning read from
+    `reasoning` only and passed also as `reasoning_content` (the name the Qwen3 template reads).
+    A client's `reasoning_content` is dropped: vLLM main reads only `reasoning`
+    (`chat_utils._parse_chat_message_content`, vllm-project/vllm#38488, open)."""
     out = []
     for i, message in enumerate(messages):
         role = message.get("role")
@@ -124,8 +126,7 @@ def server_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             calls = message.get("tool_calls")
             if isinstance(calls, list) and calls:
                 new["tool_calls"] = [_server_call(i, j, c) for j, c in enumerate(calls)]
-            reasoning = next((message[k] for k in ("reasoning", "reasoning_content")
-                              if message.get(k) is not None), None)
+            reasoning = message.get("reasoning")
             if reasoning is not None:
                 new["reasoning"] = new["reasoning_content"] = reasoning
         elif role == "tool" and "tool_call_id" in message:
@@ -475,7 +476,7 @@ def _stream(out: Output, request: dict[str, Any], ids: MarkerIds,
 
 
 # ---------------------------------------------------------------------------------------------
-# SGLang: `--reasoning-parser qwen3 --tool-call-parser qwen25` (non-streamed; docs/qwen3.md)
+# SGLang: `--reasoning-parser qwen3 --tool-call-parser qwen25` (docs/qwen3.md; the stream below)
 
 SGLANG_CALL_OPEN = TOOL_CALL + "\n"  # `Qwen25Detector.bot_token`
 SGLANG_CALL_CLOSE = "\n" + TOOL_CALL_END  # `Qwen25Detector.eot_token`
@@ -626,6 +627,463 @@ def sglang_parse(out: Output, request: dict[str, Any]) -> Parsed:
             if finish == "stop":
                 finish = "tool_calls"  # on the marker alone, even when no call parsed
     return Parsed(reasoning or None, text or "", calls, finish)
+
+
+# -- SGLang's stream (docs/qwen3.md, "SGLang", "Stream") ---------------------------------------
+
+
+def _is_cjk(ch: str) -> bool:
+    """`_is_chinese_char` of transformers' streamer, which SGLang's `find_printable_text`
+    borrows: the CJK ideograph blocks."""
+    cp = ord(ch)
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
+            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
+            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+def _printable(text: str) -> str:
+    """`find_printable_text`: what the detokenizer shows of a step that ends in an incomplete
+    character -- all of it after a newline, up to a CJK character, else up to the last
+    space."""
+    if text.endswith("\n"):
+        return text
+    if text and _is_cjk(text[-1]):
+        return text
+    if len(text) > 1 and _is_cjk(text[-2]):
+        return text[:-1]
+    return text[: text.rfind(" ") + 1]
+
+
+def sglang_decode_output(ids: Sequence[int], tok: Tokenizer, truncated: bool) -> Output:
+    """SGLang's `DetokenizerManager` (incremental decode, one chunk per step): the tokens
+    since the last committed text are decoded together; while that ends in U+FFFD nothing is
+    committed and the chunk shows only its `find_printable_text` part; the finishing step shows
+    everything, an unfinished character as U+FFFD included (no hold-back at the end). The stop
+    token is cut from the ids before decoding (`trim_matched_stop`). Each delta is what the
+    serving layer adds to its stream buffer (`text[len(stream_buffer):]`); the last delta is
+    the finishing step's (the stop token's, "" text, when there is one)."""
+    stops = MarkerIds.of(tok).stops
+    deltas: list[Delta] = []
+    committed = ""
+    pending: list[int] = []
+    shown = ""  # the cumulative text the client has seen so far
+    for k, token_id in enumerate(ids):
+        last = k == len(ids) - 1
+        if token_id in stops:
+            # The finishing step: the pending tokens without the stop token, in full.
+            full = committed + (tok.decode(pending) if pending else "")
+            deltas.append(Delta(full[len(shown):], token_id))
+            shown = full
+            break
+        pending.append(token_id)
+        text = tok.decode(pending)
+        if last and truncated:
+            full = committed + text
+        elif text and not text.endswith("\ufffd"):
+            committed += text
+            pending = []
+            full = committed
+        else:
+            full = committed + _printable(text)
+        deltas.append(Delta(full[len(shown):], token_id))
+        shown = full
+    return Output(shown, tuple(deltas), truncated)
+
+
+class _SglangReasoningStream:
+    """`BaseReasoningFormatDetector._parse_streaming_increment_impl` with the `Qwen3Detector`
+    tokens (`stream_reasoning` true, the request default)."""
+
+    def __init__(self, forced: bool) -> None:
+        self.in_reasoning = forced
+        self.buffer = ""
+        self.stripped = False
+
+    def step(self, new_text: str) -> tuple[str, str]:
+        """(reasoning, normal text) for one delta."""
+        self.buffer += new_text
+        text = self.buffer
+        # The whole buffer a proper prefix of a marker: keep buffering (also when it is "").
+        if any(m.startswith(text) and m != text for m in (THINK, THINK_END, TOOL_CALL)):
+            return "", ""
+        if not self.stripped and THINK in text:
+            text = text.replace(THINK, "", 1)
+            self.stripped = self.in_reasoning = True
+        if self.in_reasoning and THINK_END in text:
+            at = text.index(THINK_END)
+            self.buffer, self.in_reasoning = "", False
+            return text[:at], text[at + len(THINK_END):]
+        if self.in_reasoning:
+            self.buffer = ""
+            if TOOL_CALL in text:  # an implicit end of reasoning; the tag stays normal text
+                at = text.index(TOOL_CALL)
+                self.in_reasoning = False
+                return text[:at], text[at:]
+            return text, ""
+        self.buffer = ""
+        return "", text
+
+
+class _PartialJSONError(ValueError):
+    """`partial_json_parser` found nothing it can complete (upstream: MalformedJSON or a
+    JSONDecodeError other than "Extra data"; the detector returns an empty result)."""
+
+
+def _skip_blank(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def _complete_str(text: str, allow_str: bool) -> tuple[int, str | bool] | bool:
+    """`partial_json_parser.core.complete.complete_str`: (end, True) for a whole string, else
+    (cut, '"') -- a partial escape cut off -- when partial strings are allowed."""
+    i = 1
+    last_escaped = -1
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            last_escaped = i + 1
+            if last_escaped == len(text):
+                break
+            i += 2
+            continue
+        if ch == '"':
+            return i + 1, True
+        i += 1
+    if not allow_str:
+        return False
+    i = min(i, len(text))
+    for esc, width in (("\\u", 5), ("\\U", 9), ("\\x", 3)):
+        at = text.rfind(esc, max(0, i - width), i)
+        if at != -1 and at != last_escaped:
+            return at, '"'
+    return i, '"'
+
+
+def _complete_any(text: str, allow_str: bool, top: bool = False
+                  ) -> tuple[int, str | bool] | bool:
+    """`complete_any` with every partial kind allowed but (maybe) strings."""
+    i = _skip_blank(text, 0)
+    if i >= len(text):
+        raise IndexError
+    ch = text[i]
+    if ch == '"':
+        return _complete_str(text, allow_str)
+    if ch == "-" and len(text) == 1:
+        return False
+    if ch in "0123456789" or (ch == "-" and text[1] != "I"):
+        return _complete_num(text, top)
+    if ch == "[":
+        return _complete_container(text, allow_str, "]")
+    if ch == "{":
+        return _complete_container(text, allow_str, "}")
+    for word in ("null", "true", "false", "Infinity", "-Infinity", "NaN"):
+        if text.startswith(word):
+            return len(word), True
+        if word.startswith(text):
+            return 0, word
+    raise _PartialJSONError(f"unexpected character {ch!r}")
+
+
+def _complete_num(text: str, top: bool) -> tuple[int, str | bool]:
+    i = 1
+    while i < len(text) and text[i] in "1234567890.-+eE":
+        i += 1
+    modified = False
+    while text[i - 1] in ".-+eE":
+        modified = True
+        i -= 1
+    if modified or (i == len(text) and not top):
+        return i, ""
+    return i, True
+
+
+def _complete_container(text: str, allow_str: bool, close: str
+                        ) -> tuple[int, str | bool]:
+    """`complete_obj` / `complete_arr`: the members up to the last complete one, closed."""
+    i = j = 1
+    try:
+        while True:
+            j = _skip_blank(text, j)
+            if text[j] == close:
+                return j + 1, True
+            if close == "}":
+                if text[j] != '"':
+                    raise _PartialJSONError("expected a key")
+                key = _complete_str(text[j:], allow_str)
+                if not (key and key[1] is True):  # type: ignore[index]
+                    return i, close
+                j += key[0]  # type: ignore[index]
+                j = _skip_blank(text, j)
+                if text[j] != ":":
+                    raise _PartialJSONError("expected ':'")
+                j = _skip_blank(text, j + 1)
+            value = _complete_any(text[j:], allow_str)
+            if value is False:
+                return i, close
+            if value[1] is True:  # type: ignore[index]
+                i = j = j + value[0]  # type: ignore[index]
+            else:
+                return j + value[0], value[1] + close  # type: ignore[index,operator]
+            j = _skip_blank(text, j)
+            if text[j] == ",":
+                j += 1
+            elif text[j] == close:
+                return j + 1, True
+            else:
+                raise _PartialJSONError(f"expected ',' or {close!r}")
+    except IndexError:
+        return i, close
+
+
+def _partial_loads(text: str, allow_str: bool) -> tuple[Any, int]:
+    """`_partial_json_loads` (sglang `function_call/utils.py`) over `partial_json_parser.loads`:
+    (value, characters consumed). Balanced brackets: `json.loads` of the whole text, and on
+    "Extra data" the first value by `raw_decode`; otherwise the text is completed as `fix`
+    does (a partial string dropped with its key when strings are not allowed). Checked equal
+    to partial-json-parser 0.2.1.1.post7 (`fix_fast`) on every prefix of 300 call bodies
+    during development (docs/qwen3.md)."""
+    depth = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    if depth <= 0:
+        try:
+            return json.loads(text), len(text)
+        except json.JSONDecodeError as exc:
+            if "Extra data" in exc.msg:
+                return json.JSONDecoder().raw_decode(text)
+            raise _PartialJSONError(str(exc)) from None
+    try:
+        stripped = text.strip()
+        result = _complete_any(stripped, allow_str, top=True)
+    except IndexError:
+        raise _PartialJSONError("nothing to complete") from None
+    if result is False:
+        raise _PartialJSONError("partial value not allowed")
+    end, tail = result  # type: ignore[misc]
+    if tail is True:
+        # A whole first value with more after it (`fix_fast` completes the rest, and
+        # `json.loads` then fails on "Extra data": `raw_decode` gives the first value).
+        return json.loads(text[:end]), end
+    completed = text[:end] + tail
+    try:
+        value = json.loads(completed)
+    except json.JSONDecodeError as exc:
+        if "Extra data" in exc.msg:
+            return json.JSONDecoder().raw_decode(completed)[0], len(text)
+        raise _PartialJSONError(str(exc)) from None
+    return value, len(text)
+
+
+def _ends_with_partial(buffer: str, token: str) -> int:
+    """`BaseFormatDetector._ends_with_partial_token`."""
+    for i in range(1, min(len(buffer) + 1, len(token))):
+        if token.startswith(buffer[-i:]):
+            return i
+    return 0
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return a[:n]
+
+
+@dataclass(slots=True)
+class _CallItem:
+    index: int
+    name: str | None  # set on a call's first item only
+    arguments: str
+
+
+class _Qwen25Stream:
+    """`Qwen25Detector.parse_streaming_increment` (qwen25_detector.py@44484b1: a hold-back of a
+    `</tool_call>` split over deltas) over `BaseFormatDetector.parse_streaming_increment`
+    (base_format_detector.py@00a35ca: partial-JSON streaming); docs/qwen3.md, "Stream"."""
+
+    def __init__(self, tool_names: Sequence[str]) -> None:
+        self.names = set(tool_names)
+        self.buffer = ""
+        self.prev: list[dict[str, Any]] = []
+        self.current = -1
+        self.name_sent = False
+        self.streamed: list[str] = []
+        self.normal_buffer = ""
+
+    def step(self, new_text: str) -> tuple[str, list[_CallItem]]:
+        normal, items = self._base(new_text)
+        if normal:  # Qwen25Detector: `</tool_call>` removed, a partial one held back
+            self.normal_buffer += normal
+            end = TOOL_CALL_END
+            if end in self.normal_buffer:
+                normal, self.normal_buffer = self.normal_buffer.replace(end, ""), ""
+            elif (k := _ends_with_partial(self.normal_buffer, end)):
+                normal, self.normal_buffer = self.normal_buffer[:-k], self.normal_buffer[-k:]
+            else:
+                normal, self.normal_buffer = self.normal_buffer, ""
+        return normal, items
+
+    def _base(self, new_text: str) -> tuple[str, list[_CallItem]]:
+        """`BaseFormatDetector.parse_streaming_increment`."""
+        self.buffer += new_text
+        text = self.buffer
+        bot, eot, sep = SGLANG_CALL_OPEN, SGLANG_CALL_CLOSE, "\n"
+        # `has_tool_call` (`<tool_call>\n` anywhere in the buffer), or the separator opening the
+        # buffer once a call is done: the latter keeps every "\n" after a call -- and all text
+        # after the calls -- in the buffer, never sent.
+        if not (bot in text or (self.current > 0 and text.startswith(sep))):
+            if _ends_with_partial(text, bot):
+                return "", []
+            self.buffer = ""
+            return text.replace(eot, "") if eot in text else text, []
+        pos = text.find(bot)
+        if pos != -1:
+            start = pos + len(bot)
+        elif self.current > 0 and text.startswith(sep):
+            start = len(sep)
+        else:
+            start = 0
+        if start >= len(text):
+            return "", []
+        try:
+            obj, end = _partial_loads(text[start:], allow_str=self.name_sent)
+        except (_PartialJSONError, RecursionError):
+            return "", []
+        if not isinstance(obj, dict):
+            return "", []  # upstream fails on `.get` and logs: an empty result
+        complete = _is_complete_json(text[start:start + end])
+        if "name" in obj and obj["name"] not in self.names:
+            self.buffer, self.current, self.name_sent = "", -1, False
+            if self.streamed:
+                self.streamed.pop()
+            return "", []
+        if "parameters" in obj:
+            if "arguments" in obj:
+                return "", []  # upstream's assert, caught and logged
+            obj["arguments"] = obj["parameters"]
+        if not obj:
+            return "", []
+        items: list[_CallItem] = []
+        if not self.name_sent:
+            name = obj.get("name")
+            if name and name in self.names:
+                if self.current == -1:
+                    self.current = 0
+                    self.streamed.append("")
+                while len(self.streamed) <= self.current:
+                    self.streamed.append("")
+                items.append(_CallItem(self.current, name, ""))
+                self.name_sent = True
+            return "", items
+        args = obj.get("arguments")
+        if not args:  # `{}` (falsy) is never streamed, and its call never completes
+            return "", items
+        sent = len(self.streamed[self.current])
+        cur = json.dumps(args)  # ASCII escapes: not the model's text
+        prev = (self.prev[self.current].get("arguments")
+                if self.current < len(self.prev) else None)
+        diff = None
+        index = self.current
+        if complete:
+            diff = cur[sent:]
+            self.buffer = text[start + end:]
+        elif prev:
+            prev_json = json.dumps(prev)
+            if cur != prev_json:
+                diff = _common_prefix(prev_json, cur)[sent:]
+        while len(self.prev) <= self.current:
+            self.prev.append({})
+        self.prev[self.current] = obj
+        if complete:
+            self.name_sent = False
+            self.current += 1
+        if diff is not None:
+            items.append(_CallItem(index, None, diff))
+            self.streamed[index] += diff
+        return "", items
+
+    def unstreamed(self) -> tuple[int, str] | None:
+        """`_check_for_unstreamed_tool_args` at the finishing chunk: the last tracked call's
+        arguments, `json.dumps(ensure_ascii=False)`, less the first occurrence of what was
+        streamed for it (nothing when that is not inside)."""
+        if not self.prev or not self.streamed:
+            return None
+        index = len(self.prev) - 1
+        if index >= len(self.streamed):
+            return None
+        expected = json.dumps(self.prev[index].get("arguments", {}), ensure_ascii=False)
+        actual = self.streamed[index]
+        rest = expected.replace(actual, "", 1) if actual in expected else ""
+        return (index, rest) if rest else None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamParsed:
+    """What an SGLang stream adds up to: the fields, and for each call how many characters of
+    content the stream had sent before the call's first delta (content can follow a call)."""
+
+    parsed: Parsed
+    content_at_calls: tuple[int, ...]
+
+
+def sglang_stream(out: Output, request: dict[str, Any]) -> StreamParsed:
+    """`_generate_chat_stream`, chunk by chunk (one per decode step, `out` from
+    `sglang_decode_output`): the reasoning parser on each delta, then -- with tools -- the
+    qwen25 detector on its normal text (also on empty deltas), call items as they come, and at
+    the finishing chunk the unstreamed-arguments top-up. Finish: `tool_calls` when any call
+    item was sent and the engine stopped on a stop token."""
+    reasoning_parser = _SglangReasoningStream(sglang_forces_reasoning(request))
+    tools = parses_tools(request)
+    names = [t["function"]["name"] for t in request.get("tools") or ()
+             if isinstance(t, dict) and isinstance(t.get("function"), dict)
+             and t["function"].get("name")]
+    detector = _Qwen25Stream(names)
+    reasoning: list[str] = []
+    content = ""
+    call_names: dict[int, str] = {}
+    call_args: dict[int, str] = {}
+    at: dict[int, int] = {}
+    for k, delta in enumerate(out.deltas):
+        r_text, text = reasoning_parser.step(delta.text)
+        if r_text:
+            reasoning.append(r_text)
+        if not tools:
+            content += text
+            continue
+        normal, items = detector.step(text)
+        content += normal
+        for item in items:
+            if item.name is not None:
+                # A call's first item: id and name (a repeated first item would be a new
+                # entry in the client's list at the same index; not reached here).
+                call_names.setdefault(item.index, item.name)
+                at.setdefault(item.index, len(content))
+            call_args[item.index] = call_args.get(item.index, "") + item.arguments
+        if k == len(out.deltas) - 1 and (rest := detector.unstreamed()) is not None:
+            index, piece = rest
+            call_args[index] = call_args.get(index, "") + piece
+    finish = "length" if out.truncated else "stop"
+    if call_args and finish == "stop":
+        finish = "tool_calls"
+    order = sorted(call_names)
+    calls = tuple(ServerCall(call_names[i], call_args.get(i, ""), i) for i in order)
+    return StreamParsed(Parsed("".join(reasoning) or None, content, calls, finish),
+                        tuple(at[i] for i in order))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,414 @@
+"""A Qwen3 answer-shape corpus for the fidelity bench (`bench/fidelity_qwen3.py`): answers
+written the way Qwen3 can write them, as the model's true ids, served through the restated
+upstream parsers (servers.py) and the emulator's response framing, as a client receives them.
+
+Emulator/bench code only: reconstruction never imports it, so it is left out of the format's
+fingerprint (`format.source_files`), like `served.py`.
+
+Why not `servers.model_ids`: it writes the chat template's layout only. The shapes here are
+what a sampled model also does (`SHAPES`): text glued to `<tool_call>`, whitespace-only
+content, compact or nested or non-ASCII arguments, literal markers in its text, an unclosed
+think block, calls inside the think block, text after the calls, and any of them cut by
+`max_tokens` at any token. The ids are built piece by piece: text through `encode_ordinary`
+(a marker written in the text is its added-token id, as the model samples it), or, for the
+`chars` shape, a marker spelled in ordinary tokens (`<` + `tool_call>`), which every server's
+string rules still read as the marker.
+
+The server side is the emulator's, step for step (`emulator/served.py` `served_reply` and
+`models/qwen3/served.py` `Qwen3Server.answer` from the ids on; `emulator/fidelity.py`
+`Corpus.answer` for the body and the stream): no parser is restated here.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specregen.client.sse import assemble_lines
+from specregen.emulator import textgen
+from specregen.emulator.profiles import (
+    PROFILE_SPECS,
+    Message,
+    OutCall,
+    ResponseMeta,
+    response_body,
+    stream_frames,
+)
+from specregen.emulator.served import ServedGeneration, ServedView
+from specregen.models.qwen3.served import Qwen3Server
+from specregen.models.qwen3.servers import (
+    MarkerIds,
+    RequestError,
+    decode_output,
+    encode_prompt,
+    parse,
+    sglang_decode_output,
+    sglang_encode_prompt,
+    sglang_parse,
+    sglang_stream,
+)
+from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from specregen.models.tokenizer import Tokenizer
+
+PROFILES = ("vllm-hermes", "openrouter", "sglang")
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather of a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "search_web", "description": "Search the web.",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                       "required": ["query"]}}},
+    {"type": "function", "function": {
+        "name": "create_event", "description": "Create a calendar event.",
+        "parameters": {"type": "object", "properties": {
+            "title": {"type": "string"}, "when": {"type": "object"},
+            "attendees": {"type": "array", "items": {"type": "string"}}}}}},
+    {"type": "function", "function": {
+        "name": "list_files", "description": "List the files of the project.",
+        "parameters": {"type": "object", "properties": {}}}},
+]
+CITIES = ["Paris", "Oslo", "北京", "São Paulo", "Zürich", "東京", "Kraków"]
+
+# Answer shapes, each one way a sampled Qwen3 answer can leave (or keep) its template's layout.
+# HEADLINE: the template's layout (`clean`) with one of the deviations a model really writes at
+# a noticeable rate; ADVERSARIAL: deviations the counts cannot see, markers spelled in plain
+# tokens, several deviations at once. Each shape may also be cut by `max_tokens` (`cut_rate`).
+SHAPES: dict[str, float] = {
+    "clean": 0.16,  # the template's layout; arguments in `tojson` form, non-ASCII, nested, {}
+    "glued": 0.08,  # content glued to `<tool_call>` (no "\n"), or calls glued to each other
+    "ws_content": 0.07,  # whitespace-only content before the calls
+    "compact": 0.08,  # the model's own arguments spacing: `{"a":1}`
+    "literal": 0.08,  # literal `<tool_call>` / `</think>` / `<think>` in reasoning or content
+    "unclosed": 0.06,  # a think block the model never closes
+    "in_think": 0.07,  # calls inside the think block
+    "after": 0.07,  # text after the calls
+    "no_think_nl": 0.05,  # `</think>` straight into the content (no "\n\n")
+    "cut": 0.14,  # the template's layout cut by `max_tokens` anywhere (incl. inside args)
+    "spaced": 0.06,  # separators other than "\n" (" ", "\n\n", "\t") around content and calls
+    "chars": 0.04,  # a marker spelled in plain tokens (`<` + `tool_call>`)
+    "compact_call": 0.03,  # the call object itself compact: `{"name":"f","arguments":{}}`
+    "combined": 0.04,  # several deviations at once
+}
+ADVERSARIAL = frozenset({"spaced", "chars", "compact_call", "combined"})
+
+
+def group(shape: str, profile: str | None = None, stream: bool | None = None) -> str:
+    """`headline`, `adversarial`, or `erased`: a deviation the server's answer does not carry
+    at all, which no reader can see without the server's ids -- the model's own arguments
+    spacing, re-dumped by every path but vLLM's stream (hermes streams the model's text), and
+    text glued to `<tool_call>`, which SGLang strips when not streaming. Reconstruction
+    assumes the template's form there and says so (`arguments_canonical_assumed`)."""
+    base = shape.removesuffix("+cut")
+    if base in ADVERSARIAL:
+        return "adversarial"
+    if base == "compact" and (profile == "sglang" or not stream):
+        return "erased"
+    if base == "glued" and profile == "sglang" and not stream:
+        return "erased"
+    return "headline"
+
+
+# ---------------------------------------------------------------------------------------------
+# What the model writes
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Model-written text; `spelled`: markers in it are plain tokens, not their ids."""
+
+    text: str
+    spelled: bool = False
+
+
+def piece_ids(tok: Tokenizer, piece: Piece) -> list[int]:
+    if not piece.spelled:
+        return tok.encode_ordinary(piece.text)
+    # Cut before every "<": no chunk then holds a whole marker, so none becomes its id.
+    ids: list[int] = []
+    start = 0
+    for i, ch in enumerate(piece.text):
+        if ch == "<" and i > start:
+            ids.extend(tok.encode_ordinary(piece.text[start:i]))
+            start = i
+    ids.extend(tok.encode_ordinary(piece.text[start:]))
+    return ids
+
+
+def answer_ids(tok: Tokenizer, pieces: Sequence[Piece], stop: bool = True) -> list[int]:
+    ids: list[int] = []
+    for p in pieces:
+        ids.extend(piece_ids(tok, p))
+    if stop:
+        ids.append(tok.token_id(IM_END))
+    return ids
+
+
+def _arguments_value(rng: random.Random, name: str) -> Any:
+    city = rng.choice(CITIES)
+    if name == "get_weather":
+        return {"city": city} if rng.random() < 0.6 else {"city": city, "days": rng.randint(1, 9)}
+    if name == "search_web":
+        return {"query": rng.choice([f"news {city}", "a \"quoted\" term", "天气 预报",
+                                     "path\\to\\file", "emoji 🎉 party"])}
+    if name == "create_event":
+        return {"title": rng.choice(["Lunch", "Réunion", "会议"]),
+                "when": {"date": "2026-12-01", "time": {"h": 12, "m": 30}},
+                "attendees": rng.sample(["ann", "bo", "李"], rng.randint(0, 3))}
+    return {}
+
+
+def _arguments_text(rng: random.Random, value: Any, compact: bool) -> str:
+    if compact:
+        return json.dumps(value, ensure_ascii=rng.random() < 0.2, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _call_text(rng: random.Random, name: str, compact: bool, compact_call: bool) -> str:
+    """A call block's body as the model writes it ("\n" JSON "\n" in the template's form;
+    `compact`: its own arguments spacing; `compact_call`: the call object compact too)."""
+    args = _arguments_text(rng, _arguments_value(rng, name), compact or compact_call)
+    if compact_call:
+        body = f'{{"name":"{name}","arguments":{args}}}'
+    else:
+        body = f'{{"name": "{name}", "arguments": {args}}}'
+    return "\n" + body + "\n"
+
+
+LITERALS = [f"Wrap a call in {TOOL_CALL} tags.", f"The tag {THINK_END} closes a thought.",
+            f"Write {THINK} first.", f"`{TOOL_CALL}` and `{TOOL_CALL_END}` delimit calls.",
+            f"Use {TOOL_CALL}{{\"name\": \"x\"}} in code."]
+
+
+def _prose(rng: random.Random, n: int, literal: bool) -> str:
+    text = textgen.prose(rng, n)
+    if rng.random() < 0.3:
+        text += " 我们需要先检查输入数据的格式。"
+    if literal:
+        words = text.split(" ")
+        at = rng.randint(0, len(words))
+        words.insert(at, rng.choice(LITERALS))
+        text = " ".join(words)
+    return text
+
+
+def write_answer(rng: random.Random, shape: str, thinking: bool, tool_names: Sequence[str]
+                 ) -> list[Piece]:
+    """The pieces of one answer of `shape` (the caller cuts it for `cut`)."""
+    deviations = {shape}
+    if shape == "combined":
+        deviations = set(rng.sample(["glued", "ws_content", "compact", "literal", "in_think",
+                                     "compact_call",
+                                     "after", "no_think_nl", "spaced", "unclosed"], 3))
+    n_calls = 0
+    if tool_names and (rng.random() < 0.7 or deviations & {"glued", "ws_content", "in_think",
+                                                           "after"}):
+        n_calls = rng.choice([1, 1, 1, 2, 2, 3])
+    names = [rng.choice(tool_names) for _ in range(n_calls)]
+    literal = "literal" in deviations
+    calls = [_call_text(rng, n, "compact" in deviations and rng.random() < 0.8,
+                        "compact_call" in deviations and rng.random() < 0.7) for n in names]
+    sep = lambda: rng.choice([" ", "\n\n", "\t", "  \n"])  # noqa: E731
+
+    # Content before the calls, and its separators.
+    if "ws_content" in deviations and calls:
+        content = ""
+        lead_ws = rng.choice(["\n\n\n", "\n", " \n", "\n\n  ", ""])
+    else:
+        content = "" if calls and rng.random() < 0.4 else textgen.answer(rng, rng.randint(3, 40))
+        if literal and (not thinking or rng.random() < 0.5):
+            content = _prose(rng, rng.randint(3, 20), True)
+        lead_ws = ""
+    if calls:
+        if "glued" in deviations and content:
+            to_call = ""
+        elif "spaced" in deviations:
+            to_call = sep()
+        else:
+            to_call = "\n" if content else ""
+        between = [("" if "glued" in deviations and rng.random() < 0.5 else
+                    sep() if "spaced" in deviations else "\n") for _ in calls[1:]]
+    else:
+        to_call, between = "", []
+
+    pieces: list[Piece] = []
+    call_pieces: list[Piece] = []
+    for k, body in enumerate(calls):
+        if k:
+            call_pieces.append(Piece(between[k - 1]))
+        call_pieces.append(Piece(TOOL_CALL + body + TOOL_CALL_END))
+    if "chars" in deviations and call_pieces:
+        k = rng.randrange(len(call_pieces))
+        call_pieces[k] = Piece(call_pieces[k].text, spelled=True)
+
+    in_think = "in_think" in deviations and calls and thinking
+    if thinking:
+        reasoning = _prose(rng, rng.randint(5, 60), literal and rng.random() < 0.6)
+        if "chars" in deviations and not calls:
+            reasoning += f" I could write {THINK_END} here."
+        pieces.append(Piece(THINK + "\n" + reasoning + "\n", spelled="chars" in deviations
+                            and not calls and rng.random() < 0.5))
+        if in_think:
+            pieces.extend(call_pieces)
+            pieces.append(Piece("\n"))
+            call_pieces = []
+        if "unclosed" in deviations:
+            # Never closed: what follows (if anything) is still inside the block.
+            if call_pieces and rng.random() < 0.5:
+                pieces.append(Piece(content + to_call))
+                pieces.extend(call_pieces)
+            return pieces
+        after_think = "" if "no_think_nl" in deviations else (
+            sep() if "spaced" in deviations else "\n\n")
+        pieces.append(Piece(THINK_END + after_think))
+    if lead_ws:
+        pieces.append(Piece(lead_ws))
+    if content:
+        pieces.append(Piece(content + to_call))
+    pieces.extend(call_pieces)
+    if "after" in deviations:
+        pieces.append(Piece(rng.choice(["\nDone.", "\n\nI called the tool.", "\n", " ok",
+                                        f"\n{TOOL_CALL_END}"])))
+    return pieces
+
+
+# ---------------------------------------------------------------------------------------------
+# The request
+
+
+def random_request(rng: random.Random, index: int) -> dict[str, Any]:
+    request: dict[str, Any] = {"model": "Qwen/Qwen3-8B", "return_token_ids": True}
+    messages: list[dict[str, Any]] = []
+    if rng.random() < 0.4:
+        messages.append({"role": "system", "content": "You are a helpful assistant."})
+    if rng.random() < 0.8:
+        request["tools"] = rng.sample(TOOLS, rng.randint(1, len(TOOLS)))
+    question = rng.choice(["What is the weather in Oslo?", "Plan lunch with Ann.",
+                           "你好，请介绍一下你自己。", "Print <tool_call> literally."])
+    messages.append({"role": "user", "content": f"{question} (#{index})"})
+    if request.get("tools") and rng.random() < 0.25:
+        # A tool loop: the answer comes after a call and its result (the template keeps the
+        # earlier turn's think block; vLLM's stream then sends everything as content).
+        name = request["tools"][0]["function"]["name"]
+        call = {"id": f"call_{index}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(
+                    _arguments_value(rng, name), ensure_ascii=False)}}
+        turn: dict[str, Any] = {"role": "assistant", "content": rng.choice(["", "Checking."]),
+                                "tool_calls": [call]}
+        if rng.random() < 0.7:
+            turn["reasoning"] = turn["reasoning_content"] = "I should call the tool."
+        messages += [turn, {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}]
+    request["messages"] = messages
+    return request
+
+
+def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None
+                  ) -> dict[str, Any]:
+    """The request with the thinking switch in the profile's dialect (None: left default)."""
+    if thinking is None:
+        return request
+    if profile == "openrouter":
+        return {**request, "reasoning": {"enabled": thinking}}
+    return {**request, "chat_template_kwargs": {"enable_thinking": thinking}}
+
+
+# ---------------------------------------------------------------------------------------------
+# The server side (the emulator's, from the ids on)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    sample_id: str
+    profile: str
+    stream: bool
+    shape: str
+    request: dict[str, Any]
+    body: dict[str, Any]  # as the client assembles it, with the true ids in it
+    truth: tuple[int, ...]  # prompt + completion ids
+
+
+def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[int],
+          truncated: bool, stream: bool, index: int) -> dict[str, Any]:
+    """The body a client ends up with when the model wrote `ids` for `request`:
+    `Qwen3Server.answer` after `model_ids`, then `served_reply`'s message, then the emulator's
+    `response_body` / `stream_frames` and the client's SSE assembly."""
+    server = server.for_profile(profile)
+    upstream = server.upstream_request(request)
+    prompt = (sglang_encode_prompt(upstream, server.tok) if server.family == "sglang"
+              else encode_prompt(upstream, server.tok))
+    at_calls = None
+    if server.family == "sglang":
+        out = sglang_decode_output(ids, server.tok, truncated)
+        if stream:
+            streamed = sglang_stream(out, upstream)
+            parsed, at_calls = streamed.parsed, streamed.content_at_calls
+        else:
+            parsed = sglang_parse(out, upstream)
+    else:
+        out = decode_output(ids, server.tok, truncated)
+        parsed = parse(out, upstream, MarkerIds.of(server.tok), stream=stream,
+                       prompt_ids=prompt)
+    rng = random.Random(index)
+    calls = tuple(OutCall(server.call_id(rng.getrandbits(128)), c.name, c.arguments)
+                  for c in parsed.calls)
+    message = Message(parsed.reasoning, parsed.content, calls, parsed.finish_reason,
+                      content_at_calls=at_calls or None)
+    think_end = server.markers.think_end
+    reasoning_tokens = ids.index(think_end) + 1 if think_end in ids else (
+        len(ids) if parsed.reasoning is not None and parsed.content is None else 0)
+    view = ServedView(tuple(ids), reasoning_tokens)
+    gen = ServedGeneration(tuple(prompt))
+    spec = PROFILE_SPECS[profile]  # type: ignore[index]
+    meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
+                        provider="emulator", price_prompt=0.0, price_completion=0.0)
+    if not stream:
+        return response_body(spec, message, view, gen, request, meta)
+    frames = stream_frames(spec, message, view, gen, request, meta, random.Random(len(ids)))
+    text = b"".join(frames).decode() + "data: [DONE]\n\n"
+    body, done = assemble_lines(text.splitlines())
+    if not done:
+        raise RuntimeError(f"the emulated stream for {profile} did not end with [DONE]")
+    return body
+
+
+def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[str] = PROFILES,
+          streams: Sequence[bool] = (False, True),
+          shapes: Sequence[str] | None = None) -> Iterator[Case]:
+    """`n` random answers, each served by every profile plain and streamed."""
+    rng = random.Random(seed)
+    server = Qwen3Server(tok)
+    names = list(shapes or SHAPES)
+    weights = [SHAPES[s] for s in names]
+    for i in range(n):
+        request = random_request(rng, i)
+        shape = rng.choices(names, weights)[0]
+        thinking = rng.choice([True, True, False, None])
+        think = thinking is not False
+        tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
+        pieces = write_answer(rng, "clean" if shape == "cut" else shape, think, tool_names)
+        ids = answer_ids(tok, pieces)
+        truncated = False
+        label = shape
+        if shape == "cut" or rng.random() < 0.08:
+            # Anywhere: inside the reasoning, a marker's neighbourhood, the arguments, a
+            # multi-byte character, or just before the stop token.
+            k = rng.randint(1, len(ids) - 1)
+            ids, truncated = ids[:k], True
+            label = shape if shape == "cut" else shape + "+cut"
+            request = {**request, "max_tokens": k}
+        for profile in profiles:
+            sent_base = with_thinking(request, profile, thinking)
+            for stream in streams:
+                sent = {**sent_base, "stream": True} if stream else sent_base
+                try:
+                    body = serve(server, profile, sent, list(ids), truncated, stream, i)
+                except RequestError:
+                    continue
+                truth = tuple(body["prompt_token_ids"]) + tuple(body["choices"][0]["token_ids"])
+                yield Case(f"{i}-{profile}-{'s' if stream else 'p'}", profile, stream, label,
+                           sent, body, truth)
