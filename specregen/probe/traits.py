@@ -136,13 +136,7 @@ def _placeholder(
     deleted = by_ids + by_count
     seen = (f"placeholder returned beside calls: {kept}; deleted, by the model's ids: {by_ids},"
             f" by usage exceeding our count by its tokens: {by_count}")
-    if deleted and kept:
-        return None, seen + " (contradictory)"
-    if deleted:
-        return True, seen
-    if kept:
-        return False, seen
-    return None, seen + " (the model never wrote it, or nothing could tell)"
+    return _vote(deleted, kept, seen, "the model never wrote it, or nothing could tell")
 
 
 def _renumbering(history: Sequence[Observation]) -> tuple[bool | None, str]:
@@ -182,13 +176,7 @@ def _split(answered: Iterable[Observation]) -> tuple[bool | None, str]:
     unsplit = sum(1 for o in on if o.reasoning_chars == 0 and o.think_end_in_content)
     seen = (f"thinking on: reasoning in its own field {split}, whole output in content with"
             f" a literal </think> {unsplit}")
-    if split and unsplit:
-        return None, seen + " (contradictory)"
-    if split:
-        return True, seen
-    if unsplit:
-        return False, seen
-    return None, seen + " (no reasoning came back at all)"
+    return _vote(split, unsplit, seen, "no reasoning came back at all")
 
 
 def _ends_at_tools(
@@ -209,13 +197,7 @@ def _ends_at_tools(
     ended = by_ids + by_count
     seen = (f"tool section opened inside the thinking: left in the reasoning {kept}; ended it"
             f" and parsed, by the model's ids {by_ids}, by a count one short {by_count}")
-    if ended and kept:
-        return None, seen + " (contradictory)"
-    if ended:
-        return True, seen
-    if kept:
-        return False, seen
-    return None, seen + " (the model closed its thinking first every time)"
+    return _vote(ended, kept, seen, "the model closed its thinking first every time")
 
 
 def _forced(answered: Iterable[Observation]) -> tuple[bool | None, str]:
@@ -260,10 +242,14 @@ def _stripping(
             f" returned as written {kept_by_ids}, stripped {stripped_by_ids}; bare content"
             f" whose usage counts the restored separators {count_true}, shows it was written"
             f" bare {count_false}")
-    if stripped and kept:
+    return _vote(stripped, kept, seen, "no text came back beside a call")
+
+
+def _vote(yes: int, no: int, seen: str, unknown: str) -> tuple[bool | None, str]:
+    """A finding from its votes: True or False when they agree, None (saying why, after what
+    was seen) when they disagree or there are none."""
+    if yes and no:
         return None, seen + " (contradictory)"
-    if stripped:
-        return True, seen
-    if kept:
-        return False, seen
-    return None, seen + " (no text came back beside a call)"
+    if yes or no:
+        return bool(yes), seen
+    return None, f"{seen} ({unknown})"
