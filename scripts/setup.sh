@@ -23,6 +23,13 @@ if [ "${SPECREGEN_TRAINERS:-}" = 1 ] || { [ "${SPECREGEN_TRAINERS:-}" != 0 ] \
     && [ "$(basename "${BASH_SOURCE[1]:-}")" = test.sh ]; }; then
     source "$root/scripts/setup_trainers.sh"
 fi
+# The test command also builds the real vLLM server's environment (scripts/setup_vllm.sh) that
+# the real-server tests (tests/realvllm/) and bench/real_vllm.py run: once, about 2 minutes.
+# SPECREGEN_VLLM=1 asks for it anywhere else, SPECREGEN_VLLM=0 never.
+if [ "${SPECREGEN_VLLM:-}" = 1 ] || { [ "${SPECREGEN_VLLM:-}" != 0 ] \
+    && [ "$(basename "${BASH_SOURCE[1]:-}")" = test.sh ]; }; then
+    source "$root/scripts/setup_vllm.sh"
+fi
 # The browser tests (tests/integration/test_browser.py) open the HTML pages in Debian's
 # Chromium: the test command installs it where it is missing and we are root (as in CI).
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \

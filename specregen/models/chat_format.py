@@ -8,7 +8,7 @@ name in `specregen.models.registry`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -355,3 +355,24 @@ class ServedMessage:
     # Streams: per call, the characters of `content` sent before its first delta (the upstream
     # stream parsers send text between and after calls after them); None: all before.
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
+
+
+# -- the real server (the real-vLLM harness, `specregen.realserver`) ---------------------------
+
+
+@dataclass(frozen=True)
+class RealVllmSpec:
+    """How a family is served by a real vLLM with the scripted model: its parsers and its
+    model folder. `build_folder(dest)` writes the tokenizer files and the chat template into
+    `dest` (the harness adds the model's config); `stop_id` ends an answer; `vocab_size` is
+    the model's output size (every id the tokenizer knows, added ones included)."""
+
+    format_name: str
+    served_model_name: str
+    tool_parser: str
+    reasoning_parser: str
+    build_folder: Callable[[Path], None]
+    stop_id: int
+    bos_id: int | None
+    vocab_size: int
+    trust_remote_code: bool = False

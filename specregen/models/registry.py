@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specregen.errors import UsageError
-from specregen.models.chat_format import ChatFormat, ProbeRules
+from specregen.models.chat_format import ChatFormat, ProbeRules, RealVllmSpec
 from specregen.models.tokenizer import Tokenizer
 
 
@@ -85,6 +85,20 @@ def get_server(name: str, tokenizer: Tokenizer) -> Any | None:
         return None
     make = getattr(module, "make_server", None)
     return None if make is None else make(tokenizer)
+
+
+def real_vllm_spec(name: str, tokenizer_dir: Path | None = None) -> RealVllmSpec | None:
+    """How format `name` is served by a real vLLM with the scripted model (its package's
+    `realvllm.real_vllm_spec`, imported only here), or None when the family has no such
+    folder. `tokenizer_dir`: the family's real tokenizer, where it needs one."""
+    package = _entry(name).package
+    try:
+        module = importlib.import_module(package + ".realvllm")
+    except ModuleNotFoundError as exc:
+        if exc.name != package + ".realvllm":
+            raise
+        return None
+    return module.real_vllm_spec(tokenizer_dir)
 
 
 def format_source_files(name: str) -> tuple[Path, ...]:

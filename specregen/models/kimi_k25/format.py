@@ -839,8 +839,10 @@ def source_files() -> tuple[Path, ...]:
     return package_files(Path(__file__).resolve().parent, exclude=NOT_RECONSTRUCTION)
 
 
-# The emulator's served side: reconstruction never imports it (test_format_fingerprint_files).
-NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py"})
+# The emulator's served side and the real-vLLM folder's files: reconstruction never imports
+# them (test_format_fingerprint_files).
+NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py", "realvllm.py",
+                                "hf_tokenizer.py"})
 
 # Imported last: the readings and checks modules build on the names above.
 from specregen.models.kimi_k25 import checks as kimi_checks  # noqa: E402

@@ -610,9 +610,10 @@ def source_files() -> tuple[Path, ...]:
     """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
     # servers.py stays in: the readings restate the servers' parsers (see format.py imports).
     # served.py (the emulator's server) and corpus.py (the fidelity bench's answers) are never
-    # imported by reconstruction: editing them reruns nothing.
+    # imported by reconstruction, nor is realvllm.py (the real-vLLM harness's model folder):
+    # editing them reruns nothing.
     return package_files(Path(__file__).resolve().parent,
-                         exclude=frozenset({"served.py", "corpus.py"}))
+                         exclude=frozenset({"served.py", "corpus.py", "realvllm.py"}))
 
 
 def make_format(tokenizer: Tokenizer, **options: Any) -> Qwen3:
