@@ -21,6 +21,18 @@ from specregen.store.rawlog import FINAL_ANSWER, LogHistory
 # Transport options: they change how the answer travels, not what the model is asked, so a
 # streamed and a non-streamed run of the same prompt share one fingerprint.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options"})
+# Options that only change how the server writes the model's ids as text (its detokenizer):
+# outside the fingerprint too, so an answer logged before we sent them (the same generation,
+# read with more care) is not paid for again.
+TEXT_OPTION_FIELDS = frozenset({"spaces_between_special_tokens"})
+# What a self-hosted vLLM or SGLang is asked for besides the model's own request: the model's
+# text as it wrote it. By default their detokenizer joins an added token and the text beside it
+# with a space (`spaces_between_special_tokens`, vllm-project/vllm#33457): text the model never
+# wrote, which a token count cannot see.
+SERVER_TEXT_OPTIONS: dict[str, dict[str, Any]] = {
+    "vllm": {"spaces_between_special_tokens": False},
+    "sglang": {"spaces_between_special_tokens": False},
+}
 # Never part of a body we build; dropped anyway in case a caller's body carries one.
 SECRET_FIELDS = frozenset({"api_key", "authorization", "Authorization"})
 
@@ -53,6 +65,7 @@ def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
     elif cfg.dialect in ("vllm", "sglang"):
         if cfg.thinking is not None:
             body["chat_template_kwargs"] = {thinking_switch(cfg.format_name): cfg.thinking}
+        body.update(SERVER_TEXT_OPTIONS[cfg.dialect])
     elif cfg.dialect == "moonshot" and cfg.thinking is not None:
         body["thinking"] = {"type": "enabled" if cfg.thinking else "disabled"}
     if cfg.return_token_ids:
@@ -69,7 +82,9 @@ def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
 
 def request_fingerprint(body: dict[str, Any]) -> str:
     """sha256 of the canonical body, without transport options and without anything secret."""
-    kept = {k: v for k, v in body.items() if k not in TRANSPORT_FIELDS and k not in SECRET_FIELDS}
+    kept = {k: v for k, v in body.items()
+            if k not in TRANSPORT_FIELDS and k not in TEXT_OPTION_FIELDS
+            and k not in SECRET_FIELDS}
     return fingerprint(kept)
 
 

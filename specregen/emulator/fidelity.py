@@ -29,7 +29,7 @@ from specregen.emulator.app import EmulatorState
 from specregen.emulator.config import UPSTREAM_PROFILES, EmulatorConfig, Profile
 from specregen.emulator.generate import RequestError, request_keys
 from specregen.emulator.profiles import ResponseMeta, response_body, stream_frames
-from specregen.models.chat_format import FormatError
+from specregen.models.chat_format import FormatError, RealCase
 from specregen.models.kimi_k25 import KimiK25
 from specregen.models.kimi_k25.served import render_message, view
 from specregen.models.tokenizer import Tokenizer
@@ -381,3 +381,33 @@ def describe_wrong(tally: Tally, limit: int = 5) -> list[str]:
         out.append(f"{case.sample_id} shape={case.shape} diff={where} flags={sample.flags} "
                    f"evidence={getattr(sample, 'evidence', None)}")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus for a real server (specregen.realserver): the same requests and answer shapes,
+# as the ids the model writes, for a real vLLM's scripted model to answer with.
+
+# What K2.5's template expects it to write (the base of the real server's yield).
+TEMPLATE_SHAPES = frozenset({"clean", "literal"})
+
+
+def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
+    """`n` random requests with the ids the emulated model writes for each (`vllm` profile's
+    generation: its shape knobs, its own text), in the order `Corpus.cases` draws them."""
+    corpus = Corpus(tok, seed)
+    rng = random.Random(seed)
+    shapes = list(SHAPE_WEIGHTS)
+    weights = [SHAPE_WEIGHTS[s] for s in shapes]
+    for i in range(n):
+        request = random_request(rng, i)
+        shape = rng.choices(shapes, weights)[0]
+        max_tokens = rng.randint(4, 160) if shape == "cut" else None
+        if max_tokens is not None:
+            request = {**request, "max_tokens": max_tokens}
+        try:
+            gen = corpus.state("vllm", shape).generation(request, request_keys(request))
+        except (RequestError, FormatError):
+            continue
+        request = {k: v for k, v in request.items() if k != "return_token_ids"}
+        yield RealCase(f"k25-{seed}-{i}", shape, (group(shape),) * 2, shape in TEMPLATE_SHAPES,
+                       request, tuple(gen.ids), max_tokens)

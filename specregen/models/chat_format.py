@@ -357,6 +357,19 @@ class ServedMessage:
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
 
 
+@dataclass(frozen=True, slots=True)
+class ScriptedAnswer:
+    """A served side's answer to ids it was given (`answer_ids`): the message, the ids as
+    delivered (cut at `max_tokens`), the reasoning share the usage reports, the prompt ids the
+    server rendered. It is both the completion and the generation the emulator's body
+    builders read."""
+
+    message: ServedMessage
+    ids: tuple[int, ...]
+    reasoning_tokens: int
+    prompt_ids: tuple[int, ...]
+
+
 # -- the real server (the real-vLLM harness, `specregen.realserver`) ---------------------------
 
 
@@ -375,4 +388,28 @@ class RealVllmSpec:
     stop_id: int
     bos_id: int | None
     vocab_size: int
+    # The emulator profile that restates this server (the served side's `answer_ids`).
+    emulator_profile: str
+    # The module whose `real_cases(tokenizer, n, seed)` writes the family's answer shapes
+    # (its fidelity corpus) as `RealCase`s.
+    corpus: str
     trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class RealCase:
+    """One answer of a family's fidelity corpus, to be scripted into a real server: the
+    request as the model is asked (no stream or client flags), the ids the model writes (its
+    stop id at the end), and where `max_tokens` cuts them."""
+
+    sample_id: str
+    shape: str
+    # "headline", "adversarial" or "erased" (the corpus' own grouping), plain and streamed.
+    groups: tuple[str, str]
+    template_shaped: bool  # the model wrote what its template expects (the yield's base)
+    request: dict[str, Any]
+    ids: tuple[int, ...]
+    max_tokens: int | None = None
+
+    def group(self, stream: bool) -> str:
+        return self.groups[stream]

@@ -19,9 +19,10 @@ script ends with the stop id, which ends the request; a cut script is cut by `ma
 prompt without a script gets `fallback` and its key is appended to `<table>.misses`, which the
 harness reads to say which request was not scripted.
 
-The server must run one sequence at a time with whole prefills (`--max-num-seqs 1`,
-`--no-enable-prefix-caching`, `--max-num-batched-tokens` at least the model length): the model
-tells a new request by a forward pass that starts at position 0, and the prompt by that pass's ids.
+The server must run whole prefills with prefix caching off (`--no-enable-prefix-caching`,
+`--max-num-batched-tokens` at least the model length): the model tells a new request by its
+tokens starting at position 0 in a pass, and the prompt by those ids; several requests may share
+a pass (`_batch_layout` tells them apart).
 """
 
 from __future__ import annotations
@@ -79,6 +80,29 @@ class ScriptTable:
         return script
 
 
+def _batch_layout(input_ids: Any, positions: Any) -> list[tuple[int, int, int]]:
+    """The requests of this forward pass as (identity, first token, end token) slices.
+
+    vLLM batches several requests into one pass; its attention metadata says where each one's
+    tokens start (`query_start_loc`) and which KV-cache blocks it holds (`block_table`). A
+    request keeps its first block from its prefill to its end, so that block's number is the
+    request's identity across steps (prefix caching is off, so no two requests share it)."""
+    from vllm.forward_context import get_forward_context, is_forward_context_available
+
+    metadata = None
+    if is_forward_context_available():
+        found = get_forward_context().attn_metadata
+        if isinstance(found, list):
+            found = found[0] if found else None
+        if isinstance(found, dict) and found:
+            metadata = next(iter(found.values()))
+    if metadata is None or getattr(metadata, "query_start_loc", None) is None:
+        return [(0, 0, int(positions.numel()))]
+    starts = [int(i) for i in metadata.query_start_loc.tolist()]
+    blocks = metadata.block_table[:, 0].tolist()
+    return [(int(blocks[r]), starts[r], starts[r + 1]) for r in range(len(starts) - 1)]
+
+
 def _build_class() -> type:
     from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
@@ -88,31 +112,38 @@ def _build_class() -> type:
         def __init__(self, *, vllm_config: Any, prefix: str = "") -> None:
             super().__init__(vllm_config=vllm_config, prefix=prefix)
             self._table = ScriptTable(os.environ.get(TABLE_ENV, ""))
-            self._script: list[int] = []
-            self._prompt_len = 0
-            self._next_index = 0
+            # Per request (its identity, see `_batch_layout`): the script, the prompt's length.
+            self._requests: dict[int, tuple[list[int], int]] = {}
+            # Per row of the coming logits: (script, index of the id to choose).
+            self._rows: list[tuple[list[int], int]] = []
 
         def forward(self, input_ids: Any, positions: Any, *args: Any, **kwargs: Any) -> Any:
             hidden = super().forward(input_ids, positions, *args, **kwargs)
-            if input_ids is not None and positions.numel() > 0:
-                first = int(positions[0])
-                last = int(positions[-1])
-                if first == 0:  # a new request: the whole prompt in one pass
-                    prompt = [int(i) for i in input_ids.tolist()]
-                    self._prompt_len = len(prompt)
-                    self._script = (self._table.lookup(prompt) if self._table.path else [])
-                # The id this step's logits choose: the token after position `last`.
-                self._next_index = last + 1 - self._prompt_len
+            self._rows = []
+            if input_ids is None or positions.numel() == 0:
+                return hidden
+            ids = input_ids.tolist()
+            where = positions.tolist()
+            for identity, start, end in _batch_layout(input_ids, positions):
+                if start >= end:
+                    continue
+                if where[start] == 0:  # a new request: its whole prompt in this pass
+                    prompt = [int(i) for i in ids[start:end]]
+                    script = self._table.lookup(prompt) if self._table.path else []
+                    self._requests[identity] = (script, len(prompt))
+                script, prompt_len = self._requests.get(identity, ([], 0))
+                # The id these logits choose: the token after the pass's last position.
+                self._rows.append((script, int(where[end - 1]) + 1 - prompt_len))
             return hidden
 
         def compute_logits(self, hidden_states: Any) -> Any:
             logits = super().compute_logits(hidden_states)
-            if logits is None or not self._script:
+            if logits is None:
                 return logits
-            index = min(max(self._next_index, 0), len(self._script) - 1)
-            chosen = self._script[index]
-            top = logits.max(dim=-1).values
-            logits[:, chosen] = top + MARGIN
+            for row, (script, index) in enumerate(self._rows[: logits.shape[0]]):
+                if script:
+                    chosen = script[min(max(index, 0), len(script) - 1)]
+                    logits[row, chosen] = logits[row].max() + MARGIN
             return logits
 
     ScriptedForCausalLM.__name__ = ARCHITECTURE

@@ -34,8 +34,10 @@ from specregen.realserver import scripted_model
 PYTHON_ENV = "SPECREGEN_VLLM_PYTHON"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_VENV = REPO_ROOT / ".venv-vllm"
-# The model length and prefill budget: whole prefills, which the scripted model relies on.
-MAX_MODEL_LEN = 32768
+# The model length; the prefill budget is this times the sequences run at once, so that no
+# prompt is ever split over passes (the scripted model reads a prompt from one pass).
+MAX_MODEL_LEN = 16384
+MAX_NUM_SEQS = 4
 _PLUGIN_MODULE = "specregen_scripted_model"
 _SERVER_ENV = {
     # This machine's CPU build: a small KV cache, no thread pinning on a shared box.
@@ -125,7 +127,8 @@ class VllmServer:
 
     @classmethod
     def start(cls, spec: RealVllmSpec, workdir: Path, *, port: int | None = None,
-              timeout_s: float = 300.0, extra_args: Sequence[str] = ()) -> VllmServer:
+              timeout_s: float = 300.0, max_num_seqs: int = MAX_NUM_SEQS,
+              extra_args: Sequence[str] = ()) -> VllmServer:
         """Build the folder, start the server and wait until it answers (RealServerError with
         the log's tail when it does not)."""
         python = vllm_python()
@@ -150,9 +153,10 @@ class VllmServer:
             "--enable-auto-tool-choice",
             "--tool-call-parser", spec.tool_parser,
             "--reasoning-parser", spec.reasoning_parser,
-            "--enforce-eager", "--max-num-seqs", "1", "--no-enable-prefix-caching",
+            "--enforce-eager", "--max-num-seqs", str(max_num_seqs),
+            "--no-enable-prefix-caching",
             "--max-model-len", str(MAX_MODEL_LEN),
-            "--max-num-batched-tokens", str(MAX_MODEL_LEN),
+            "--max-num-batched-tokens", str(MAX_MODEL_LEN * max_num_seqs),
             *(["--trust-remote-code"] if spec.trust_remote_code else []),
             *extra_args,
         ]
@@ -199,10 +203,8 @@ class VllmServer:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                pass
         # The engine's children share the group; none may outlive the server.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -211,17 +213,17 @@ class VllmServer:
 
     # -- what the server renders and answers
 
-    def tokenize(self, request: dict[str, Any]) -> list[int]:
-        """The prompt ids the server renders for a chat request (`POST /tokenize`)."""
-        body = {"model": self.spec.served_model_name, "messages": request["messages"]}
-        for key in ("tools", "chat_template_kwargs"):
-            if request.get(key) is not None:
-                body[key] = request[key]
-        response = httpx.post(self.base_url + "/tokenize", json=body, timeout=60)
+    def prompt_ids(self, request: dict[str, Any]) -> list[int]:
+        """The prompt ids the server renders for a chat request: asked of the chat endpoint
+        itself (one token, `return_token_ids`), because `/tokenize` renders some histories
+        differently (it drops an assistant turn's `reasoning_content`; docs/vllm-0.32.md)."""
+        body = {**request, "max_tokens": 1, "return_token_ids": True, "stream": False}
+        body.pop("stream_options", None)
+        response = httpx.post(self.base_url + "/v1/chat/completions", json=body, timeout=120)
         if response.status_code != 200:
-            raise RealServerError(f"/tokenize answered {response.status_code}: "
+            raise RealServerError(f"the server refused the request ({response.status_code}): "
                                   f"{response.text[:500]}")
-        return list(response.json()["tokens"])
+        return list(response.json()["prompt_token_ids"])
 
     def script(self, pairs: Iterable[tuple[Sequence[int], Sequence[int]]]) -> None:
         """Answer each prompt (its ids) with the completion ids given; added to the table."""
@@ -229,11 +231,14 @@ class VllmServer:
             self._scripts[scripted_model.script_key(prompt_ids)] = [int(i) for i in
                                                                     completion_ids]
         _write_json(self.table, {"scripts": self._scripts, "fallback": [self.spec.stop_id]})
+        # Asking for the prompt ids left misses behind; from here on a miss is a real one.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(self.table) + ".misses")
 
     def script_request(self, request: dict[str, Any], completion_ids: Sequence[int]
                        ) -> list[int]:
         """Script the answer to `request`; returns the server's prompt ids for it."""
-        prompt = self.tokenize(request)
+        prompt = self.prompt_ids(request)
         self.script([(prompt, completion_ids)])
         return prompt
 

@@ -23,6 +23,7 @@ where a server's output depends on it -- we wrote it from that behaviour, not fr
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -134,10 +135,9 @@ class TikTokenTokenizer(PreTrainedTokenizer):
                             **kwargs: Any) -> Any:
         tools = _sorted(tools)
         if tools:
-            try:
+            # Upstream falls back to no declaration string when the encoder raises.
+            with contextlib.suppress(Exception):
                 kwargs["tools_ts_str"] = encode_tools_to_typescript(tools)
-            except Exception:  # upstream falls back to no declaration string
-                pass
         return super().apply_chat_template(
             conversation, tools=tools, tokenize=tokenize,
             add_generation_prompt=add_generation_prompt, thinking=thinking,

@@ -58,4 +58,5 @@ def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
     return RealVllmSpec(
         format_name="kimi-k2.5", served_model_name=SERVED_MODEL_NAME,
         tool_parser="kimi_k2", reasoning_parser="kimi_k2", build_folder=build,
-        stop_id=stop_id, bos_id=bos_id, vocab_size=VOCAB_SIZE, trust_remote_code=True)
+        stop_id=stop_id, bos_id=bos_id, vocab_size=VOCAB_SIZE,
+        emulator_profile="vllm", corpus="specregen.emulator.fidelity", trust_remote_code=True)

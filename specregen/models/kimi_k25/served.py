@@ -29,7 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specregen.models.chat_format import FormatError, ServedCall, ServedMessage
+from specregen.models.chat_format import (
+    FormatError,
+    ScriptedAnswer,
+    ServedCall,
+    ServedMessage,
+)
 from specregen.models.kimi_k25 import servers, serverside
 from specregen.models.kimi_k25.format import (
     ARG_BEGIN,
@@ -478,6 +483,25 @@ class KimiK25Server:
 
     def view(self, gen: Generation, max_tokens: int | None = None) -> CompletionView:
         return view(gen, self.tok, max_tokens)
+
+    def answer_ids(self, spec: Any, request: dict[str, Any], ids: Sequence[int],
+                   max_tokens: int | None, stream: bool, seed: int = 0) -> ScriptedAnswer:
+        """What profile `spec` (one that runs a server's parsers) returns when the model wrote
+        `ids` for `request`, cut at `max_tokens` (the real-server conformance's side)."""
+        if spec.server is None:
+            raise ValueError(f"profile {spec.name} does not run a server's parsers")
+        prompt, thinking = self.server_prompt(spec.server, request)
+        cut = tuple(ids[:max_tokens]) if max_tokens is not None else tuple(ids)
+        truncated = len(cut) < len(ids)
+        think_end = self.tok.token_id(THINK_END)
+        reasoning_tokens = (cut.index(think_end) if think_end in cut else len(cut)) \
+            if thinking else 0
+        completion = CompletionView(
+            ids=cut, thinking=thinking, reasoning=None, think_closed=think_end in cut,
+            content="", calls=(), section_text="", made_calls=False, truncated=truncated,
+            reasoning_tokens=reasoning_tokens)
+        message = _server_message(spec.server, completion, request, self.tok, stream)
+        return ScriptedAnswer(message, cut, reasoning_tokens, tuple(prompt))
 
     def message(self, spec: Any, completion: CompletionView, gen: Generation,
                 request: dict[str, Any], *, stream: bool = False) -> ServedMessage:

@@ -38,6 +38,7 @@ from specregen.emulator.profiles import (
     stream_frames,
 )
 from specregen.emulator.served import ServedGeneration, ServedView
+from specregen.models.chat_format import RealCase
 from specregen.models.qwen3.served import Qwen3Server
 from specregen.models.qwen3.servers import (
     MarkerIds,
@@ -412,3 +413,38 @@ def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[str] = PROFI
                 truth = tuple(body["prompt_token_ids"]) + tuple(body["choices"][0]["token_ids"])
                 yield Case(f"{i}-{profile}-{'s' if stream else 'p'}", profile, stream, label,
                            sent, body, truth)
+
+
+# ---------------------------------------------------------------------------------------------
+# The corpus for a real server (specregen.realserver): the same requests and answers, as the
+# ids the model writes, for a real vLLM's scripted model to answer with.
+
+# What Qwen3's template expects it to write (the base of the real server's yield).
+TEMPLATE_SHAPES = frozenset({"clean", "literal"})
+
+
+def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
+    """`n` random answers, drawn as `cases` draws them, with the thinking switch in vLLM's
+    dialect (`chat_template_kwargs.enable_thinking`)."""
+    rng = random.Random(seed)
+    names = list(SHAPES)
+    weights = [SHAPES[s] for s in names]
+    for i in range(n):
+        request = random_request(rng, i)
+        shape = rng.choices(names, weights)[0]
+        thinking = rng.choice([True, True, False, None])
+        tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
+        pieces = write_answer(rng, "clean" if shape == "cut" else shape, thinking is not False,
+                              tool_names)
+        ids = answer_ids(tok, pieces)
+        label, max_tokens = shape, None
+        if shape == "cut" or rng.random() < 0.08:
+            max_tokens = rng.randint(1, len(ids) - 1)
+            label = shape if shape == "cut" else shape + "+cut"
+        sent = with_thinking(request, "vllm-hermes", thinking)
+        sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
+        if max_tokens is not None:
+            sent["max_tokens"] = max_tokens
+        groups = (group(label, "vllm-hermes", False), group(label, "vllm-hermes", True))
+        yield RealCase(f"qwen3-{seed}-{i}", label, groups,
+                       label in TEMPLATE_SHAPES, sent, tuple(ids), max_tokens)

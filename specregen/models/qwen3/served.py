@@ -15,10 +15,12 @@ upstream's switch -- `upstream_request` does that translation.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specregen.models.chat_format import ScriptedAnswer, ServedCall, ServedMessage
 from specregen.models.qwen3.servers import (
     MarkerIds,
     decode_output,
@@ -123,6 +125,38 @@ class Qwen3Server:
             content=parsed.content,
             calls=tuple((c.name, c.arguments) for c in parsed.calls),
             finish_reason=parsed.finish_reason)
+
+
+    def answer_ids(self, spec: Any, request: dict[str, Any], ids: Sequence[int],
+                   max_tokens: int | None, stream: bool, seed: int = 0) -> ScriptedAnswer:
+        """What profile `spec` returns when the model wrote `ids` for `request`, cut at
+        `max_tokens` (the real-server conformance's side); call ids from `seed`."""
+        server = self.for_profile(spec.name)
+        upstream = server.upstream_request(request)
+        cut = list(ids[:max_tokens]) if max_tokens is not None else list(ids)
+        truncated = len(cut) < len(ids)
+        at_calls = None
+        if server.family == "sglang":
+            prompt = sglang_encode_prompt(upstream, server.tok)
+            out = sglang_decode_output(cut, server.tok, truncated)
+            if stream:
+                streamed = sglang_stream(out, upstream)
+                parsed, at_calls = streamed.parsed, streamed.content_at_calls
+            else:
+                parsed = sglang_parse(out, upstream)
+        else:
+            prompt = encode_prompt(upstream, server.tok)
+            out = decode_output(cut, server.tok, truncated)
+            parsed = parse(out, upstream, server.markers, stream=stream, prompt_ids=prompt)
+        rng = random.Random(seed)
+        calls = tuple(ServedCall(server.call_id(rng.getrandbits(128)), c.name, c.arguments)
+                      for c in parsed.calls)
+        message = ServedMessage(parsed.reasoning, parsed.content, calls, parsed.finish_reason,
+                                content_at_calls=at_calls or None)
+        think_end = server.markers.think_end
+        reasoning_tokens = cut.index(think_end) + 1 if think_end in cut else (
+            len(cut) if parsed.reasoning is not None and parsed.content is None else 0)
+        return ScriptedAnswer(message, tuple(cut), reasoning_tokens, tuple(prompt))
 
 
 def make_server(tokenizer: Tokenizer) -> Qwen3Server:

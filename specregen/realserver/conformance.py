@@ -1,0 +1,309 @@
+"""The emulator held against the real vLLM, and reconstruction measured against it.
+
+Each `RealCase` (a family's fidelity corpus: a request and the ids the model writes) is
+scripted into the real server and sent to it, plain and streamed, once with the server's
+defaults and once with the options specregen's client sends (`client_options`). The same ids
+and request go through the emulator's profile for that server (the family's served side,
+`answer_ids`, then the emulator's body and stream framing). Both answers are read the way the
+client reads them (a body, or the stream assembled by `client.sse`), and compared field by
+field (`face`): message fields, tool calls, finish reason, usage, token ids, and where the
+stream's content stood relative to each call.
+
+The real answers are also rebuilt blind (no server ids, as a hosted API answers) by
+`reconstruct` and compared with the scripted ids, and the prompt we render with the server's
+`prompt_token_ids`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from specregen.client.request import SERVER_TEXT_OPTIONS
+from specregen.client.sse import assemble_lines
+from specregen.emulator.fidelity import Outcome, blind_body, compare
+from specregen.emulator.profiles import (
+    PROFILE_SPECS,
+    ResponseMeta,
+    response_body,
+    stream_frames,
+)
+from specregen.models.chat_format import ChatFormat, RealCase, RealVllmSpec
+from specregen.models.registry import get_server
+from specregen.models.tokenizer import Tokenizer
+from specregen.realserver.server import MAX_NUM_SEQS, RealServerError, VllmServer
+from specregen.reconstruct import reconstruct
+from specregen.records import ProviderTraits, TokenSample
+
+VARIANTS = ("defaults", "client")
+# Random parts of a server's answer that no two servers share: its tool-call ids'
+# hex (vLLM's `chatcmpl-tool-<hex>`), compared by form.
+_RANDOM_HEX = re.compile(r"[0-9a-f]{16,}")
+
+
+def client_options(dialect: str = "vllm") -> dict[str, Any]:
+    """What specregen's client adds to a request for a self-hosted server of `dialect`."""
+    return dict(SERVER_TEXT_OPTIONS.get(dialect, {}))
+
+
+def real_cases(spec: RealVllmSpec, tok: Tokenizer, n: int, seed: int = 0) -> list[RealCase]:
+    """The family's corpus (`spec.corpus`'s `real_cases`)."""
+    module = importlib.import_module(spec.corpus)
+    return list(module.real_cases(tok, n, seed))
+
+
+def sent_request(case: RealCase, variant: str, stream: bool, *, token_ids: bool = True
+                 ) -> dict[str, Any]:
+    """The body sent for `case` in `variant`, plain or streamed. The true ids come back
+    (`return_token_ids`) for the comparison; the blind reading drops them."""
+    body = dict(case.request)
+    if variant == "client":
+        body.update(client_options())
+    if token_ids:
+        body["return_token_ids"] = True
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+# ---------------------------------------------------------------------------------------------
+# Asking
+
+
+def ask_real(server: VllmServer, body: dict[str, Any], timeout_s: float = 300.0
+             ) -> dict[str, Any]:
+    """The answer as the client ends up with it: the body, or the stream assembled."""
+    url = server.base_url + "/v1/chat/completions"
+    if not body.get("stream"):
+        response = httpx.post(url, json=body, timeout=timeout_s)
+        if response.status_code != 200:
+            return {"error": {"status": response.status_code, "text": response.text[:500]}}
+        return response.json()
+    lines: list[str] = []
+    with httpx.stream("POST", url, json=body, timeout=timeout_s) as response:
+        if response.status_code != 200:
+            return {"error": {"status": response.status_code,
+                              "text": response.read().decode(errors="replace")[:500]}}
+        lines.extend(response.iter_lines())
+    assembled, done = assemble_lines(lines)
+    if not done:
+        raise RealServerError(f"the real server's stream for {body.get('model')} ended "
+                              "without [DONE]")
+    return assembled
+
+
+def ask_emulator(spec: RealVllmSpec, tok: Tokenizer, case: RealCase, body: dict[str, Any],
+                 index: int = 0) -> dict[str, Any]:
+    """What the emulator's profile for this server answers to the same ids and request."""
+    server = get_server(spec.format_name, tok)
+    profile = PROFILE_SPECS[spec.emulator_profile]  # type: ignore[index]
+    stream = body.get("stream") is True
+    answer = server.answer_ids(profile, body, case.ids, case.max_tokens, stream, seed=index)
+    meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=body["model"],
+                        provider="emulator", price_prompt=0.0, price_completion=0.0)
+    if not stream:
+        return response_body(profile, answer.message, answer, answer, body, meta)
+    frames = stream_frames(profile, answer.message, answer, answer, body, meta,
+                           random.Random(len(answer.ids)))
+    assembled, _ = assemble_lines((b"".join(frames).decode() + "data: [DONE]\n\n").splitlines())
+    return assembled
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def face(body: dict[str, Any]) -> dict[str, Any]:
+    """What a client can see of an answer, in a form two servers can be compared on."""
+    if "error" in body and "choices" not in body:
+        return {"error": body["error"].get("status")}
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    reasoning_field = next((k for k in ("reasoning", "reasoning_content")
+                            if message.get(k) is not None), None)
+    usage = body.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    stream = choice.get("specregen_stream") or {}
+    return {
+        "reasoning": message.get(reasoning_field) if reasoning_field else None,
+        "reasoning_field": reasoning_field,
+        "content": message.get("content"),
+        "tool_calls": [
+            (_RANDOM_HEX.sub("#", str(c.get("id"))), c["function"]["name"],
+             c["function"]["arguments"])
+            for c in message.get("tool_calls") or ()
+        ],
+        "finish_reason": choice.get("finish_reason"),
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "reasoning_tokens": details.get("reasoning_tokens"),
+        "token_ids": choice.get("token_ids"),
+        "prompt_token_ids": body.get("prompt_token_ids"),
+        "content_at_calls": stream.get("content_at_calls"),
+    }
+
+
+def differences(real: dict[str, Any], emulated: dict[str, Any]) -> list[str]:
+    """The fields on which the two answers differ."""
+    a, b = face(real), face(emulated)
+    return [name for name in a if a[name] != b.get(name)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+
+
+@dataclass
+class Row:
+    """One family x mode x variant of the run."""
+
+    answers: int = 0
+    equal: int = 0
+    differs: Counter[str] = field(default_factory=Counter)  # field -> answers differing
+    by_shape: dict[str, Counter[str]] = field(default_factory=dict)  # shape -> equal/differs
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    by_group: dict[str, Counter[Outcome]] = field(default_factory=dict)
+    template: Counter[Outcome] = field(default_factory=Counter)
+    not_exact: Counter[str] = field(default_factory=Counter)  # template-shaped, by reason
+    prompt_equal: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    case: RealCase
+    variant: str
+    stream: bool
+    real: dict[str, Any]
+    emulated: dict[str, Any]
+    diffs: list[str]
+    sample: TokenSample | None
+    outcome: Outcome | None
+    prompt_equal: bool | None
+
+
+def run_case(server: VllmServer, fmt: ChatFormat, case: RealCase, variant: str, stream: bool,
+             index: int, traits: ProviderTraits | None = None) -> Result:
+    """One case through the real server and the emulator, and the blind reconstruction."""
+    body = sent_request(case, variant, stream)
+    real = ask_real(server, body)
+    emulated = ask_emulator(server.spec, fmt.tok, case, body, index)
+    diffs = differences(real, emulated)
+    if "choices" not in real:
+        return Result(case, variant, stream, real, emulated, diffs, None, None, None)
+    truth_prompt = real.get("prompt_token_ids") or []
+    completion = real["choices"][0].get("token_ids") or []
+    expected = list(case.ids[:case.max_tokens] if case.max_tokens else case.ids)
+    if completion != expected:
+        raise RealServerError(f"{case.sample_id}: the server answered other ids than scripted "
+                              f"({len(completion)} vs {len(expected)}); misses: "
+                              f"{server.misses()[-3:]}")
+    sample = reconstruct(case.sample_id, body, blind_body(real), fmt, traits=traits)
+    if sample.status == "error":
+        return Result(case, variant, stream, real, emulated, diffs, sample, "error",
+                      None)
+    truth = list(truth_prompt) + list(completion)
+    kind, _ = compare(fmt.tok, sample.input_ids, truth, sample.prompt_len, len(truth_prompt))
+    if sample.status == "ok":
+        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
+    else:
+        outcome = "false_alarm" if kind == "exact" else "flagged_right"
+    prompt_equal = list(sample.input_ids[:sample.prompt_len]) == list(truth_prompt)
+    return Result(case, variant, stream, real, emulated, diffs, sample, outcome, prompt_equal)
+
+
+def run(server: VllmServer, fmt: ChatFormat, cases: Sequence[RealCase],
+        variants: Sequence[str] = VARIANTS, streams: Sequence[bool] = (False, True),
+        traits: ProviderTraits | None = None, progress: Any = None,
+        concurrency: int = MAX_NUM_SEQS) -> list[Result]:
+    """Every case in every variant and mode, `concurrency` requests at a time (the server runs
+    as many sequences at once); the scripts are written once, up front."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        prompts = list(pool.map(lambda c: server.prompt_ids(c.request), cases))
+        server.script(zip(prompts, (c.ids for c in cases), strict=True))
+        jobs = [(case, variant, stream) for case in cases for variant in variants
+                for stream in streams]
+
+        def one(index: int) -> Result:
+            case, variant, stream = jobs[index]
+            return run_case(server, fmt, case, variant, stream, index, traits)
+
+        results: list[Result] = []
+        for result in pool.map(one, range(len(jobs))):
+            results.append(result)
+            if progress is not None:
+                progress(len(results))
+    return results
+
+
+def tally(results: Sequence[Result]) -> dict[tuple[str, str], Row]:
+    rows: dict[tuple[str, str], Row] = {}
+    for r in results:
+        row = rows.setdefault(("stream" if r.stream else "plain", r.variant), Row())
+        row.answers += 1
+        shape = row.by_shape.setdefault(r.case.shape, Counter())
+        if r.diffs:
+            row.differs.update(r.diffs)
+            shape["differs"] += 1
+            if len(row.examples) < 5:
+                row.examples.append({"case": r.case.sample_id, "shape": r.case.shape,
+                                     "fields": {d: [face(r.real).get(d), face(r.emulated).get(d)]
+                                                for d in r.diffs}})
+        else:
+            row.equal += 1
+            shape["equal"] += 1
+        if r.outcome is not None:
+            row.outcomes[r.outcome] += 1
+            row.by_group.setdefault(r.case.group(r.stream), Counter())[r.outcome] += 1
+            if r.case.template_shaped:
+                row.template[r.outcome] += 1
+                if r.outcome != "ok" and r.sample is not None:
+                    reason = ",".join(sorted(r.sample.flags)) or r.outcome
+                    row.not_exact[reason] += 1
+        if r.prompt_equal:
+            row.prompt_equal += 1
+    return rows
+
+
+def conformance_table(results: Sequence[Result]) -> str:
+    """shape x {plain, stream} x {equal, differs}, per variant."""
+    cells: dict[tuple[str, str, str], Counter[str]] = {}
+    for r in results:
+        key = (r.case.shape, "stream" if r.stream else "plain", r.variant)
+        cells.setdefault(key, Counter())["differs" if r.diffs else "equal"] += 1
+    shapes = sorted({k[0] for k in cells})
+    cols = [(m, v) for v in VARIANTS for m in ("plain", "stream")]
+    head = f"{'shape':<14}" + "".join(f"{m + '/' + v:>22}" for m, v in cols)
+    lines = [head, "-" * len(head)]
+    for shape in shapes:
+        row = f"{shape:<14}"
+        for m, v in cols:
+            c = cells.get((shape, m, v), Counter())
+            row += f"{str(c['equal']) + ' eq / ' + str(c['differs']) + ' diff':>22}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def dump(results: Sequence[Result]) -> Iterator[str]:
+    """One JSON line per answer that differs or is not exactly rebuilt (for reading later)."""
+    for r in results:
+        if not r.diffs and r.outcome in ("ok", None):
+            continue
+        yield json.dumps({
+            "case": r.case.sample_id, "shape": r.case.shape, "variant": r.variant,
+            "stream": r.stream, "diffs": {d: [face(r.real).get(d), face(r.emulated).get(d)]
+                                          for d in r.diffs},
+            "outcome": r.outcome, "flags": list(r.sample.flags) if r.sample else None,
+            "request": r.case.request, "ids": list(r.case.ids),
+            "max_tokens": r.case.max_tokens,
+        }, ensure_ascii=False)
