@@ -57,7 +57,13 @@ def normalize_response(body: dict[str, Any]) -> Completion:
         usage=body.get("usage") or {},
         provider=body.get("provider"),
         reasoning_field=reasoning_field,
+        logprobs=_logprobs(choice.get("logprobs")),
     )
+
+
+def _logprobs(value: Any) -> list[Any] | None:
+    content = value.get("content") if isinstance(value, dict) else None
+    return content if isinstance(content, list) else None
 
 
 def _content_at_calls(note: Any, content: str | None,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from specregen.logprobs import ids_from_logprobs
 from specregen.models.chat_format import (
     ChatFormat,
     FormatError,
@@ -60,6 +61,8 @@ TRUST_BREAKING_FLAGS = frozenset(
         "truncated_tail_unknown",
         "reference_text_diff",
         "reference_special_diff",
+        "logprobs_text_diff",
+        "logprobs_special_diff",
         # A conversation sample (specregen/conversation/samples.py): an earlier answer of the
         # user turn is not in the prompt as the model wrote it (the server re-rendered it), or
         # could not be rebuilt from its own record.
@@ -151,6 +154,16 @@ def reconstruct(
     usage = completion.usage
     p_tokens = _count(usage.get("prompt_tokens"))
     c_tokens = _count(usage.get("completion_tokens"))
+    # Where the provider returned logprobs, their tokens are the model's ids: evidence like
+    # the server's own, when they name every token (specregen/logprobs.py).
+    source: Evidence = "reference"
+    logprob_flags: list[str] = []
+    if reference is None and completion.logprobs:
+        named = ids_from_logprobs(completion.logprobs, fmt.tok, c_tokens)
+        if named.ids is not None:
+            reference, source = named.ids, "logprobs"
+        else:
+            logprob_flags.append("logprobs_undecidable")
     server_prompt = _int_list(reference_prompt_ids)
     if server_prompt is None and isinstance(response, dict):
         server_prompt = _int_list(response.get("prompt_token_ids"))
@@ -171,7 +184,7 @@ def reconstruct(
     )
 
     flags = ["truncated"] if truncated else []
-    flags += chosen.flags + id_flags + chosen.prompt_flags
+    flags += chosen.flags + id_flags + chosen.prompt_flags + logprob_flags
     streamed = request.get("stream") is True
     if (streamed and completion.tool_calls and completion.content and match is None
             and not _content_before_calls(completion, traits, fmt)):
@@ -197,7 +210,7 @@ def reconstruct(
         flags.append("reading_ambiguous")
     completion_ids = chosen.ids
     if match in ("text_diff", "special_diff"):
-        flags.append(f"reference_{match}")
+        flags.append(f"{source}_{match}")
     elif match == "benign_bpe" and reference is not None:
         # Same text and specials, split otherwise: the server's ids are what the model wrote.
         completion_ids = _with_stop(reference, completion_ids, fmt)
@@ -223,9 +236,10 @@ def reconstruct(
     if truncated and match is None and _cut_inside_a_character(fmt.tok, chosen.assembled):
         flags.append("truncated_tail_unknown")
 
-    evidence = _evidence(match, prompt_delta, completion_delta, count_exact, tol, c_tokens)
+    evidence = _evidence(match, prompt_delta, completion_delta, count_exact, tol, c_tokens,
+                         source)
     settled: frozenset[str] = frozenset()
-    if evidence == "reference":
+    if evidence in ("reference", "logprobs"):
         settled = SETTLED_BY_REFERENCE
     elif settled_by_count:
         settled = SETTLED_BY_COUNT
@@ -381,9 +395,10 @@ def _evidence(
     count_exact: bool,
     tol: UsageTolerance,
     c_tokens: int | None,
+    source: Evidence = "reference",
 ) -> Evidence:
     if match in ("exact", "benign_bpe"):
-        return "reference"
+        return source
     if completion_delta is None:
         return "none"
     prompt_ok = prompt_delta is not None and abs(prompt_delta) <= tol.prompt

@@ -15,8 +15,9 @@ Status = Literal["ok", "flagged", "error"]
 ReferenceMatch = Literal["exact", "benign_bpe", "text_diff", "special_diff"]
 # What proves a sample's ids, strongest first (docs/evidence.md): the server's own ids matched;
 # our counts equal `usage` after the provider's counting rules; within the tolerance only; nothing.
-Evidence = Literal["reference", "usage_exact", "usage_tolerated", "none"]
-EVIDENCE_LEVELS: tuple[Evidence, ...] = ("reference", "usage_exact", "usage_tolerated", "none")
+Evidence = Literal["reference", "logprobs", "usage_exact", "usage_tolerated", "none"]
+EVIDENCE_LEVELS: tuple[Evidence, ...] = ("reference", "logprobs", "usage_exact",
+                                         "usage_tolerated", "none")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,12 @@ class ProviderTraits:
     # The text before the tool calls comes back stripped of its whitespace (SGLang's qwen25
     # detector, non-streamed); False: returned as written (vLLM's hermes). Qwen3 reads it.
     strips_content_beside_calls: bool | None = None
+    # The server's detokenizer puts a space before every added token and before the first
+    # ordinary token after one (vLLM's default `spaces_between_special_tokens` with a slow
+    # tokenizer such as Kimi's, vllm-project/vllm#33457): reasoning and content begin with a
+    # space the model never wrote. A request that sent `spaces_between_special_tokens: false`
+    # to a server that honours it has none, whatever this says. K2.5 reads it.
+    spaces_around_added_tokens: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,8 @@ class Completion:
     # Streamed answers with tool calls: chars of `content` received before each call's first
     # delta (client/sse.py records it). Delivery, not content: equal answers compare equal.
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
+    # `logprobs.content` as returned: one entry per generated token (specregen/logprobs.py).
+    logprobs: list[Any] | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -171,6 +171,16 @@ class EndpointConfig(BaseModel):
     # emulator honour it whatever the dialect; hosted APIs do not return ids (and OpenRouter
     # with `require_parameters` may refuse to route a request that carries it).
     return_token_ids: bool = False
+    # vLLM and SGLang: ask for the model's text as it wrote it (`spaces_between_special_tokens:
+    # false`; by default their detokenizer puts a space around every added token of a slow
+    # tokenizer such as Kimi's). False sends the server's defaults (what `specregen probe
+    # --server-defaults` examines). Outside the request fingerprint: it changes how the ids
+    # come back as text, not what the model is asked.
+    text_as_written: bool = True
+    # Ask for `logprobs` (and, from vLLM, `return_tokens_as_token_ids`): the tokens the model
+    # sampled, which prove the rebuilt ids (evidence `logprobs`, docs/evidence.md). None: when
+    # the endpoint probe found that they come back covering every token (the pipeline).
+    logprobs: bool | None = None
 
     http_referer: str | None = None
     app_title: str | None = None

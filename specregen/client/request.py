@@ -21,10 +21,12 @@ from specregen.store.rawlog import FINAL_ANSWER, LogHistory
 # Transport options: they change how the answer travels, not what the model is asked, so a
 # streamed and a non-streamed run of the same prompt share one fingerprint.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options"})
-# Options that only change how the server writes the model's ids as text (its detokenizer):
-# outside the fingerprint too, so an answer logged before we sent them (the same generation,
-# read with more care) is not paid for again.
-TEXT_OPTION_FIELDS = frozenset({"spaces_between_special_tokens"})
+# Options that only change how the answer comes back -- how the server writes the model's ids
+# as text (its detokenizer), or which evidence comes with it (logprobs): outside the
+# fingerprint too, so an answer logged before we sent them (the same generation, read with
+# more care) is not paid for again.
+TEXT_OPTION_FIELDS = frozenset({"spaces_between_special_tokens", "logprobs",
+                                "return_tokens_as_token_ids"})
 # What a self-hosted vLLM or SGLang is asked for besides the model's own request: the model's
 # text as it wrote it. By default their detokenizer joins an added token and the text beside it
 # with a space (`spaces_between_special_tokens`, vllm-project/vllm#33457): text the model never
@@ -65,11 +67,17 @@ def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
     elif cfg.dialect in ("vllm", "sglang"):
         if cfg.thinking is not None:
             body["chat_template_kwargs"] = {thinking_switch(cfg.format_name): cfg.thinking}
-        body.update(SERVER_TEXT_OPTIONS[cfg.dialect])
+        if cfg.text_as_written:
+            body.update(SERVER_TEXT_OPTIONS[cfg.dialect])
     elif cfg.dialect == "moonshot" and cfg.thinking is not None:
         body["thinking"] = {"type": "enabled" if cfg.thinking else "disabled"}
     if cfg.return_token_ids:
         body["return_token_ids"] = True
+    if cfg.logprobs:
+        body["logprobs"] = True
+        if cfg.dialect == "vllm":
+            # Tokens named by id: exact even where a token ends inside a character.
+            body["return_tokens_as_token_ids"] = True
 
     if cfg.stream:
         body["stream"] = True

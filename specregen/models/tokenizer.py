@@ -79,6 +79,9 @@ class Tokenizer:
     base_vocab_size: int = 0
     source: str = ""
     _id_to_added: dict[int, str] = field(default_factory=dict, repr=False)
+    # The id of ordinary-text token whose bytes are exactly these, or None (logprobs name
+    # tokens by their bytes: specregen/logprobs.py).
+    token_of_bytes: Callable[[bytes], int | None] | None = field(default=None, repr=False)
 
     def decode(self, ids: list[int]) -> str:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
@@ -230,6 +233,7 @@ def load_kimi_tiktoken(path: Path, name: str | None = None) -> Tokenizer:
         base_vocab_size=n_base,
         source=str(path),
         _id_to_added={v: k for k, v in added.items()},
+        token_of_bytes=ranks.get,
     )
 
 
@@ -378,6 +382,14 @@ def load_hf_tokenizer(path: Path) -> Tokenizer:
                     byte_of[c] for c in hf.convert_ids_to_tokens(i))
             return bytes(out)
 
+    token_of_bytes = None
+    if type(hf.backend_tokenizer.decoder).__name__ == "ByteLevel":
+        char_of = {b: c for c, b in _byte_level_table().items()}
+        vocab = hf.backend_tokenizer.get_vocab(with_added_tokens=False)
+
+        def token_of_bytes(data: bytes) -> int | None:
+            return vocab.get("".join(char_of[b] for b in data))
+
     template = hf.chat_template if isinstance(hf.chat_template, str) else None
     return Tokenizer(
         name=path.name,
@@ -390,4 +402,5 @@ def load_hf_tokenizer(path: Path) -> Tokenizer:
         base_vocab_size=base,
         source=str(path),
         _id_to_added={v: k for k, v in added.items()},
+        token_of_bytes=token_of_bytes,
     )

@@ -15,6 +15,7 @@ from specregen.client.limits import RequestLimiter
 from specregen.client.preflight import ContextCheck, model_max_length
 from specregen.client.secrets import ApiKey
 from specregen.pipeline.layout import DatasetRun, chunk_name
+from specregen.pipeline.probing import logprobs_wanted
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import run_format
 from specregen.store.rawlog import RawLog, commit_rolls
@@ -51,8 +52,10 @@ async def infer_chunk(
     if done is not None:
         return done
     cfg = run.config.endpoint
+    update: dict[str, Any] = {"logprobs": logprobs_wanted(run)}
     if concurrency is not None:
-        cfg = cfg.model_copy(update={"concurrency": concurrency})
+        update["concurrency"] = concurrency
+    cfg = cfg.model_copy(update=update)
     prompts = read_chunk(run, chunk)
     check = context_check(run)
     async with RawLog(run.rawlog_url(chunk), **_rolls(run, cfg)) as log:

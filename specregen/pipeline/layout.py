@@ -17,7 +17,7 @@ CHUNK = "chunk-{:05d}"
 
 # What reconstruction's output depends on besides the tokenizer and the chosen chat format's
 # own files (only that format's: editing another family's code reruns nothing).
-_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "models/tokenizer.py",
+_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "logprobs.py", "models/tokenizer.py",
                         "models/chat_format.py", "models/registry.py")
 # Whole-conversation datasets (`turns: all`) are also built by these; single-turn ones are not,
 # so their fingerprints do not move when conversation code changes.

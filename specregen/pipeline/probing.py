@@ -109,6 +109,17 @@ def stored_traits(run: DatasetRun) -> ProviderTraits | None:
     return profile.traits() if profile is not None else None
 
 
+def logprobs_wanted(run: DatasetRun) -> bool:
+    """Whether the run asks for logprobs: `endpoint.logprobs` when set, else when the stored
+    profile found that they come back naming every token."""
+    if run.config.endpoint.logprobs is not None:
+        return run.config.endpoint.logprobs
+    if run.config.probe == "off":
+        return False
+    profile, _ = read_profile(run)
+    return profile is not None and profile.findings.returns_logprobs is True
+
+
 def with_stored_traits(run: DatasetRun) -> DatasetRun:
     traits = stored_traits(run)
     return run if traits == run.traits else replace(run, traits=traits)

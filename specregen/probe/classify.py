@@ -29,8 +29,9 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from specregen.logprobs import ids_from_logprobs
 from specregen.models.chat_format import ChatFormat, FormatError, ProbeRules
 from specregen.normalize import ResponseError, normalize_response, thinking_from_request
 from specregen.probe.model import (
@@ -146,6 +147,21 @@ def _has_outer_space(text: str) -> bool:
     return text != text.strip()
 
 
+def spaces_by_ids(reasoning: str | None, written: str, rules: ProbeRules) -> bool | None:
+    """Whether the returned reasoning is what the model wrote (its decoded ids up to the
+    format's reasoning end) with a space put before it: True, as written: False, else None."""
+    if not reasoning or not reasoning.strip() or rules.reasoning_end not in written:
+        return None
+    wrote = written[: written.index(rules.reasoning_end)]
+    if not wrote.strip() or wrote.startswith(" "):
+        return None  # a model that began with a space cannot tell
+    if reasoning.startswith(" ") and reasoning[1:].rstrip() == wrote.rstrip():
+        return True
+    if reasoning.rstrip() == wrote.rstrip():
+        return False
+    return None
+
+
 def observe(
     index: int,
     request: dict[str, Any],
@@ -206,6 +222,10 @@ def observe(
             obs.section_in_think = rules.reasoning_end not in written[:start]
         if finding.where == "structured":
             obs.content_as_written = content_as_written(completion.content, written, rules)
+        obs.spaces_by_ids = spaces_by_ids(completion.reasoning, written, rules)
+    fields = [t for t in (completion.reasoning, completion.content) if t and t.strip()]
+    if fields:
+        obs.leading_spaces = "all" if all(t.startswith(" ") for t in fields) else "not_all"
     if finding.where == "structured" and completion.content and completion.content.strip():
         obs.content_beside_calls = ("padded" if _has_outer_space(completion.content)
                                     else "bare")
@@ -229,7 +249,22 @@ def observe(
     if fmt is not None:
         _count_tokens(obs, request, response, fmt, reference)
         _count_raw(obs, completion, finding, fmt, rules)
+    if request.get("logprobs"):
+        obs.logprobs_coverage, obs.logprobs_why = logprobs_coverage(completion, fmt)
     return obs
+
+
+def logprobs_coverage(completion: Completion, fmt: ChatFormat | None
+                      ) -> tuple[Literal["all", "partial", "none"] | None, str | None]:
+    """Whether the answer's logprobs name every generated token (read with the format's
+    tokenizer: None without one)."""
+    if not completion.logprobs:
+        return "none", "no logprobs came back"
+    if fmt is None:
+        return None, "no tokenizer to read them with"
+    named = ids_from_logprobs(completion.logprobs, fmt.tok,
+                              _count(completion.usage.get("completion_tokens")))
+    return ("all", None) if named.ids is not None else ("partial", named.why)
 
 
 def _before_calls(content: str | None, finding: CallsFinding, rules: ProbeRules) -> str | None:

@@ -79,6 +79,12 @@ def probe_command(
     chat_format: Annotated[
         str | None, typer.Option("--format", help="Chat format [default: from --model]")
     ] = None,
+    server_defaults: Annotated[
+        bool,
+        typer.Option("--server-defaults",
+                     help="vLLM/SGLang: leave the server's detokenizer defaults (do not send"
+                          " spaces_between_special_tokens: false), to see what it does then"),
+    ] = False,
 ) -> None:
     """Probe how an endpoint returns tool calls and reasoning, before a long paid run."""
     from specregen.client.command import _config_file, is_loopback
@@ -99,7 +105,8 @@ def probe_command(
     data = _config_file(config, console) if config is not None else {}
     overrides = {"base_url": base_url, "model": model, "dialect": dialect,
                  "api_key_env": api_key_env, "return_token_ids": return_token_ids,
-                 "format": chat_format}
+                 "format": chat_format,
+                 "text_as_written": False if server_defaults else None}
     data.update({k: v for k, v in overrides.items() if v is not None})
     routing = {
         "order": _csv(provider_order),

@@ -98,6 +98,18 @@ class Observation:
     # the model wrote them.
     bare_content_offset: int | None = None
     bare_content_restored: bool | None = None
+    # The returned reasoning and content (each when not blank) all begin with a space: "all",
+    # or "not_all"; None when neither came back. A server that puts spaces around added tokens
+    # starts both with one (they follow `<think>` / `</think>`); a model rarely starts both so.
+    leading_spaces: Literal["all", "not_all"] | None = None
+    # From the model's token ids: the returned reasoning is what it wrote with a space put
+    # before it (True), or as written (False).
+    spaces_by_ids: bool | None = None
+    # The answer's logprobs: "all" (they name every generated token), "partial" (some entries
+    # cannot be read as tokens, or fewer entries than tokens), "none" (not returned); None
+    # without a tokenizer to read them with. `logprobs_why` says what was missing.
+    logprobs_coverage: Literal["all", "partial", "none"] | None = None
+    logprobs_why: str | None = None
     # The answer as returned is a clean base for counting: no flag that changes what is counted.
     countable: bool = False
     attempts: int = 0  # requests sent for it, retries included
@@ -149,6 +161,13 @@ class ParserFindings:
     # The text before the calls comes back stripped of its whitespace (SGLang's qwen25
     # detector); examined only for formats whose probe rules list it (`extra_findings`).
     strips_content_beside_calls: bool | None = None
+    # A space before every added token and before the first text after one, from the server's
+    # detokenizer (vLLM's default with a slow tokenizer); examined only for formats whose probe
+    # rules list it (`extra_findings`).
+    spaces_around_added_tokens: bool | None = None
+    # Logprobs come back (the `logprobs` scenario) naming every generated token: the run asks
+    # for them, and they prove the rebuilt ids. For people and the run, not a parser trait.
+    returns_logprobs: bool | None = None
     evidence: dict[str, str] = field(default_factory=dict)
 
 
@@ -193,6 +212,7 @@ class ProviderProfile:
             counts_stop_token=f.counts_stop_token,
             ends_reasoning_at_tools=f.ends_reasoning_at_tools,
             strips_content_beside_calls=f.strips_content_beside_calls,
+            spaces_around_added_tokens=f.spaces_around_added_tokens,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -244,7 +264,8 @@ def profile_from_dict(data: Any, *, where: str = "profile") -> ProviderProfile:
     findings = _build(ParserFindings, data.get("findings", {}), f"{where}: findings")
     for name in ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
                  "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning",
-                 "strips_content_beside_calls"):
+                 "strips_content_beside_calls", "spaces_around_added_tokens",
+                 "returns_logprobs"):
         if getattr(findings, name) not in (True, False, None):
             raise ProfileError(f"{where}: findings.{name} must be true, false or null")
     profile = _build(ProviderProfile, {**data, "scenarios": scenarios, "findings": findings},

@@ -164,10 +164,17 @@ FINDING_WORDS = {
                          "honours thinking off"),
     "strips_content_beside_calls": ("strips the whitespace around the text before tool calls",
                                     "returns the text before tool calls as written"),
+    "returns_logprobs": ("returns logprobs naming every generated token (the run asks for them:"
+                         " evidence `logprobs`)",
+                         "returns no logprobs (or refuses them)"),
+    "spaces_around_added_tokens": ("puts a space before every added token and before the text"
+                                   " after one (reasoning and content begin with a space the"
+                                   " model never wrote)",
+                                   "returns the text without spaces around added tokens"),
 }
 # Findings a format examines only on request (probe/traits.py `EXTRA_FINDINGS`): a line only
 # when examined, so a profile of another format reads as before.
-_ON_REQUEST = frozenset({"strips_content_beside_calls"})
+_ON_REQUEST = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
 def finding_notes(findings: ParserFindings) -> list[str]:

@@ -76,7 +76,7 @@ def scenario_config(cfg: EndpointConfig, scenario: Scenario) -> EndpointConfig:
     Streamed or not as the run is: SGLang returns other ids streamed (the local position) than
     not (the index the model wrote), so the probe must ask the way the run will.
     """
-    update: dict[str, Any] = {}
+    update: dict[str, Any] = {"logprobs": True} if scenario.logprobs else {}
     if scenario.thinking_override is not None:
         # The switch alone: a configured reasoning effort could contradict it in the body.
         update.update(thinking=scenario.thinking_override, reasoning=None)

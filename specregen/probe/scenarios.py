@@ -8,7 +8,8 @@
 * `thinking_on` / `thinking_off`: the `tools` question with the dialect's thinking switch set;
 * `history`: the `tools` question after an earlier turn with two calls and their results, so a
   server that renumbers ids (`functions.{name}:{history_count + i}`) shows it;
-* `plain`: a question without tools, whose answer is a clean base for counting tokens.
+* `plain`: a question without tools, whose answer is a clean base for counting tokens;
+* `logprobs`: plain questions asking for logprobs: whether they come back, covering what.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Scenario:
     # Thinking set for this scenario through the dialect's switch; None keeps the run's config.
     thinking_override: bool | None
     prompts: tuple[Prompt, ...]
+    # Ask for logprobs (a provider may refuse them: only this scenario's answers are lost).
+    logprobs: bool = False
 
     @property
     def tools_sent(self) -> bool:
@@ -128,9 +131,11 @@ def _history_prompts(requests: int) -> tuple[Prompt, ...]:
                  for i in range(requests))
 
 
-def _plain_prompts(requests: int) -> tuple[Prompt, ...]:
-    return tuple(Prompt(sample_id=f"probe-plain-{i}",
-                        messages=[{"role": "user", "content": PLAIN_QUESTIONS[i]}],
+def _plain_prompts(requests: int, name: str = "plain") -> tuple[Prompt, ...]:
+    # The logprobs scenario asks other questions than `plain` (a cache could answer repeats).
+    offset = MAX_REQUESTS - requests if name != "plain" else 0
+    return tuple(Prompt(sample_id=f"probe-{name}-{i}",
+                        messages=[{"role": "user", "content": PLAIN_QUESTIONS[offset + i]}],
                         tools=None, tool_mode="tools")
                  for i in range(requests))
 
@@ -160,6 +165,9 @@ def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[
                               "tools", None, _history_prompts(requests)))
     scenarios.append(Scenario("plain", "a short question without tools", "tools", None,
                               _plain_prompts(requests)))
+    scenarios.append(Scenario("logprobs", "a short question without tools, with logprobs",
+                              "tools", None, _plain_prompts(requests, "logprobs"),
+                              logprobs=True))
     return scenarios
 
 

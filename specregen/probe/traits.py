@@ -52,6 +52,23 @@ and the shape of the returned fields do, where only one reading explains them.
   wrote); where the assembly used it as returned (a stream), an equal count votes false.
   Whitespace-only content dropped or emptied says nothing: both kinds of parser do it.
 
+* `returns_logprobs` (not a trait: it tells the run to ask for them): the `logprobs` scenario's
+  answers carry logprobs that name every generated token (read with the format's tokenizer,
+  specregen/logprobs.py) votes true; none returned, or the request refused, votes false;
+  logprobs that leave tokens out or cannot name some (a provider that drops special tokens, a
+  token cut inside a character sent as U+FFFD) leave it unknown, saying which.
+* `spaces_around_added_tokens` (examined only when the format's probe rules list it: a format
+  served with a slow tokenizer, K2.5): the server's detokenizer puts a space before every added
+  token and before the first text after one (vLLM's default `spaces_between_special_tokens`,
+  vllm-project/vllm#33457), so the reasoning (after the prompt's `<think>`) and the content
+  (after `</think>`) both begin with one. The model's ids settle it: the returned reasoning is
+  a space plus what it wrote (true) or what it wrote (false). Without them, an answer whose
+  reasoning and content (each when not blank) all begin with a space votes true, one with a
+  field that does not votes false; true needs two such answers (one could be the model's
+  own spaces) and no contrary one. The probe sends its requests as the run does: to vLLM and
+  SGLang the run sends `spaces_between_special_tokens: false`, so there it finds false unless
+  the server ignores the option; `specregen probe --server-defaults` asks without it.
+
 A format whose call ids carry no running count (`ProbeRules.id_index` is always None: ids the
 server makes) gives `renumbers_tool_ids` no vote, and says so; a format without a placeholder
 gives `deletes_no_content` none either.
@@ -65,8 +82,9 @@ from specregen.models.chat_format import ProbeRules
 from specregen.probe.model import Observation, ParserFindings, ScenarioResult
 
 HISTORY_SCENARIO = "history"
+LOGPROBS_SCENARIO = "logprobs"
 # Findings a format examines only when its probe rules list them (`extra_findings`).
-EXTRA_FINDINGS = frozenset({"strips_content_beside_calls"})
+EXTRA_FINDINGS = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
 def infer_findings(
@@ -95,7 +113,48 @@ def infer_findings(
     if "strips_content_beside_calls" in extra:
         findings.strips_content_beside_calls, evidence["strips_content_beside_calls"] = (
             _stripping(answered, findings.counts_stop_token))
+    findings.returns_logprobs, evidence["returns_logprobs"] = _logprobs(scenarios)
+    if "spaces_around_added_tokens" in extra:
+        findings.spaces_around_added_tokens, evidence["spaces_around_added_tokens"] = (
+            _spaces(answered))
     return findings
+
+
+def _logprobs(scenarios: Sequence[ScenarioResult]) -> tuple[bool | None, str]:
+    asked = [o for s in scenarios for o in s.observations
+             if o.logprobs_coverage is not None or (s.name == LOGPROBS_SCENARIO and not o.ok)]
+    if not asked:
+        return None, "not asked for (or no tokenizer to read them with)"
+    whole = sum(1 for o in asked if o.logprobs_coverage == "all")
+    partial = [o for o in asked if o.logprobs_coverage == "partial"]
+    refused = sum(1 for o in asked if o.logprobs_coverage == "none" or not o.ok)
+    seen = (f"asked {len(asked)} times: every token named {whole}, partly {len(partial)},"
+            f" not returned or refused {refused}")
+    if partial:
+        return None, f"{seen} ({partial[0].logprobs_why})"
+    return _vote(whole, refused, seen, "")
+
+
+def _spaces(answered: Sequence[Observation]) -> tuple[bool | None, str]:
+    by_ids_true = sum(1 for o in answered if o.spaces_by_ids is True)
+    by_ids_false = sum(1 for o in answered if o.spaces_by_ids is False)
+    if by_ids_true or by_ids_false:
+        seen = (f"by the model's ids: reasoning returned with a space put before it"
+                f" {by_ids_true}, as written {by_ids_false}")
+        return _vote(by_ids_true, by_ids_false, seen, "")
+    spaced = sum(1 for o in answered if o.leading_spaces == "all")
+    plain = sum(1 for o in answered if o.leading_spaces == "not_all")
+    seen = (f"answers whose reasoning and content all begin with a space {spaced}, others"
+            f" {plain}")
+    if spaced and plain:
+        return None, seen + " (contradictory)"
+    if plain:
+        return False, seen
+    if spaced >= 2:
+        # One answer could be the model's own leading spaces; two in a row are the server's.
+        return True, seen
+    return None, seen + (" (one answer is not enough)" if spaced else
+                         " (no reasoning or content came back)")
 
 
 def _stop_token(answered: Iterable[Observation]) -> tuple[bool | None, str]:

@@ -1,7 +1,7 @@
 """A Kimi-style slow tokenizer for the real-vLLM harness's K2.5 model folder.
 
 The harness copies this file into the folder as `tokenization_kimi.py` (with `auto_map` in
-`tokenizer_config.json`), next to `tool_declaration_ts.py` (our TypeScript tool declaration);
+`tokenizer_config.json`), next to `tools_ts.py` (our TypeScript tool declaration);
 vLLM loads it with `--trust-remote-code`, in the vLLM environment, so it imports nothing from
 specregen.
 
@@ -32,10 +32,10 @@ from tiktoken.load import load_tiktoken_bpe
 from transformers import PreTrainedTokenizer
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-try:
-    from .tool_declaration_ts import encode_tools_to_typescript
+try:  # in the model folder (transformers loads it as a package module), and in specregen
+    from .tools_ts import encode_tools_to_typescript
 except ImportError:  # loaded as a top-level module
-    from tool_declaration_ts import encode_tools_to_typescript  # type: ignore[no-redef]
+    from tools_ts import encode_tools_to_typescript  # type: ignore[no-redef]
 
 RESERVED = 256
 

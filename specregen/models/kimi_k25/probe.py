@@ -46,6 +46,9 @@ class KimiProbeRules:
     placeholder: str | None = NO_CONTENT
     reasoning_end = THINK_END
     thinking_switch = THINKING_SWITCH
+    # Kimi's tokenizer is a slow one whose markers are added tokens: a vLLM with its default
+    # detokenizer settings puts spaces around them (docs/vllm-0.32.md, section 1.2).
+    extra_findings = frozenset({"spaces_around_added_tokens"})
     # Flags of the unrepaired assembly that change what is counted, or say the fields are not
     # what the model wrote: such an answer is no base for learning how the provider counts.
     uncountable_flags = frozenset({"markers_in_text", "tool_calls_in_reasoning",

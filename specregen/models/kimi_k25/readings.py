@@ -10,6 +10,7 @@ evidence pick (specregen/reconstruct.py, docs/evidence.md).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from specregen.models.chat_format import Reading, pick_prompt  # noqa: F401 (re-exported)
@@ -41,34 +42,115 @@ def readings(
 ) -> list[Reading]:
     """Every reading the response allows, the most likely first (the one used without
     evidence). Most answers have exactly one."""
-    shapes = _shapes(request, completion, bool(calls), thinking, truncated, traits)
-    call_variants: list[tuple[list[ToolCall], tuple[str, ...]]] = [(calls, ())]
+    texts: list[tuple[Completion, list[ToolCall], tuple[str, ...]]] = [(completion, calls, ())]
+    inserted = spaces_inserted(request, traits)
+    if inserted is not False:
+        despaced = remove_inserted_spaces(completion, calls, thinking=thinking,
+                                          streamed=request.get("stream") is True)
+        if despaced is None and inserted:
+            # The probe found the spaces, but these fields cannot carry them.
+            texts = [(completion, calls, ("spaces_not_found",))]
+        elif despaced is not None and inserted:
+            texts = [(*despaced, ("spaces_removed",))]
+        elif despaced is not None:
+            # Unknown whether the server inserted them: both readings, which a count can
+            # rarely tell apart (a leading space joins the next token): then it is ambiguous.
+            texts = [(completion, calls, ("spaces_kept",)), (*despaced, ("spaces_removed",))]
+
+    out: list[Reading] = []
+    encoded: dict[str, list[int]] = {}  # the readings share their text: encode it once
+    for text, text_calls, text_notes in texts:
+        shapes = _shapes(request, text, bool(text_calls), thinking, truncated, traits)
+        for think, r, c, think_end, notes in shapes:
+            for variant, id_notes in _call_variants(request, text_calls, traits):
+                assembled = fmt.assemble(
+                    r if think else None, c, variant, thinking=think, truncated=truncated,
+                    first_tool_index=history, think_end=think_end,
+                    verbatim_ids=bool(id_notes), encoded=encoded,
+                )
+                ids = assembled.ids
+                for other in out:
+                    if other.thinking == think and other.ids == ids:
+                        break
+                else:
+                    flags = [*text_notes, *notes, *id_notes, *assembled.flags,
+                             *reading_flags(request, text, assembled, think)]
+                    out.append(Reading(think, assembled, list(dict.fromkeys(flags))))
+    return out
+
+
+def _call_variants(request: dict[str, Any], calls: list[ToolCall], traits: ProviderTraits
+                   ) -> list[tuple[list[ToolCall], tuple[str, ...]]]:
+    variants: list[tuple[list[ToolCall], tuple[str, ...]]] = [(calls, ())]
     if traits.renumbers_tool_ids is not False and calls and _bare_ids_in_history(request):
         bare = bare_ids(calls)
         if bare is not None:
             # SGLang returns `functions.NAME:IDX` also for a model that wrote `NAME:IDX`. K2.5
             # writes what its template shows, `functions.NAME:IDX`, unless the conversation
             # shows it bare ids to copy.
-            call_variants.append((bare, ("tool_id_prefix_restored",)))
+            variants.append((bare, ("tool_id_prefix_restored",)))
+    return variants
 
-    out: list[Reading] = []
-    encoded: dict[str, list[int]] = {}  # the readings share their text: encode it once
-    for think, r, c, think_end, notes in shapes:
-        for variant, id_notes in call_variants:
-            assembled = fmt.assemble(
-                r if think else None, c, variant, thinking=think, truncated=truncated,
-                first_tool_index=history, think_end=think_end, verbatim_ids=bool(id_notes),
-                encoded=encoded,
-            )
-            ids = assembled.ids
-            for other in out:
-                if other.thinking == think and other.ids == ids:
-                    break
-            else:
-                flags = [*notes, *id_notes, *assembled.flags,
-                         *reading_flags(request, completion, assembled, think)]
-                out.append(Reading(think, assembled, list(dict.fromkeys(flags))))
-    return out
+
+# ---------------------------------------------------------------------------------------------
+# Spaces a server's detokenizer put around added tokens
+
+
+def spaces_inserted(request: dict[str, Any], traits: ProviderTraits) -> bool | None:
+    """Whether the answer's text carries spaces the server put around added tokens: not when
+    the request turned them off (`spaces_between_special_tokens: false`, sent to vLLM and
+    SGLang, which honour it), else what the probe found (None: unknown)."""
+    if request.get("spaces_between_special_tokens") is False:
+        return False
+    return traits.spaces_around_added_tokens
+
+
+def remove_inserted_spaces(completion: Completion, calls: list[ToolCall], *, thinking: bool,
+                           streamed: bool) -> tuple[Completion, list[ToolCall]] | None:
+    """The fields without the spaces a slow detokenizer adds (vLLM's default for Kimi's
+    tokenizer): one before every added token and one before the first ordinary token after
+    one (docs/vllm-0.32.md, section 1.2). K2.5's prompt ends in an added token (`<think>`, or
+    `</think>` with thinking off), so the reasoning -- or, without it, the content -- starts
+    with one; the content has one after `</think>` and one before a tool section; streamed
+    arguments have one on each side (returned raw), plain ones are trimmed by every parser;
+    ids are trimmed. A reasoning ends with one only on servers that do not trim it (0.32's
+    kimi_k2 parser strips the reasoning's trailing whitespace, the model's included).
+
+    None when the fields cannot have been made that way (a field that must start with a
+    space does not): the server inserted none."""
+    reasoning, content = completion.reasoning, completion.content
+    closed = bool(content) or bool(calls) or completion.finish_reason != "length"
+    if thinking and reasoning:
+        if not reasoning.startswith(" "):
+            return None
+        reasoning = reasoning[1:]
+        if closed and reasoning.endswith(" "):
+            reasoning = reasoning[:-1]
+    if content and content.strip():
+        if not content.startswith(" "):
+            return None
+        content = content[1:]
+        if calls and content.endswith(" "):
+            content = content[:-1]
+    elif content and calls:
+        # Blank content before the calls: the spaces around `</think>` and the section's
+        # begin, with or without the model's own whitespace between them.
+        content = content[1:] if content.startswith(" ") else content
+        content = content[:-1] if content.endswith(" ") else content
+    out_calls = calls
+    if streamed and calls:
+        out_calls = []
+        for call in calls:
+            arguments = call.arguments
+            if arguments.startswith(" "):
+                arguments = arguments[1:]
+            if arguments.endswith(" "):
+                arguments = arguments[:-1]
+            out_calls.append(ToolCall(call.id, call.name, arguments))
+    if reasoning == completion.reasoning and content == completion.content \
+            and out_calls == calls:
+        return None
+    return replace(completion, reasoning=reasoning, content=content), out_calls
 
 
 Shape = tuple[bool, str | None, str | None, bool, tuple[str, ...]]
@@ -160,8 +242,9 @@ def reading_flags(
         details = completion.usage.get("completion_tokens_details") or {}
         reasoning_tokens = details.get("reasoning_tokens") if isinstance(details, dict) else None
         # An empty reasoning is real only when the provider says no reasoning tokens were spent
-        # (or, below, when the completion count proves it).
-        said_empty = completion.reasoning == "" and reasoning_tokens == 0
+        # (or, below, when the completion count proves it). vLLM 0.32 returns an empty
+        # reasoning as null.
+        said_empty = completion.reasoning in ("", None) and reasoning_tokens == 0
         if reasoning_excluded(request) or not said_empty:
             flags.append("reasoning_missing")
     reason = completion.finish_reason

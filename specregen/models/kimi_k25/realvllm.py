@@ -3,7 +3,7 @@
 The model folder holds the real Kimi vocabulary (`tiktoken.model` and the K2.5 added-token
 table from the tokenizer folder given), our slow tokenizer class (`hf_tokenizer.py`, copied as
 `tokenization_kimi.py` and loaded through `auto_map`, as the hub's K2.5 folder loads its own),
-our TypeScript tool declaration (`tools_ts.py`, as `tool_declaration_ts.py`) and our chat
+our TypeScript tool declaration (`tools_ts.py`) and our chat
 template -- or the template file `KIMI_CHAT_TEMPLATE` names (e.g. the hub's K2.5 template,
 kept outside the repository). vLLM serves it with its `kimi_k2` tool and reasoning parsers.
 """
@@ -51,7 +51,7 @@ def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
         (dest / "tokenizer_config.json").write_text(json.dumps(folder_config, indent=1),
                                                     encoding="utf-8")
         shutil.copyfile(HERE / "hf_tokenizer.py", dest / "tokenization_kimi.py")
-        shutil.copyfile(HERE / "tools_ts.py", dest / "tool_declaration_ts.py")
+        shutil.copyfile(HERE / "tools_ts.py", dest / "tools_ts.py")
         template = os.environ.get(TEMPLATE_ENV) or str(HERE / "chat_template.jinja")
         shutil.copyfile(template, dest / "chat_template.jinja")
 
