@@ -13,8 +13,12 @@ sends. Prints per family:
 * the conformance table: shape x {plain, stream} x {equal, differs} (the emulator's profile
   given the same ids and request, compared with what the real server returned, as the client
   reads both), and the fields that differ;
-* real-server fidelity of blind reconstruction (no server ids): ok / ok_resplit / wrong_ok /
-  flagged_right / false_alarm / error per mode and variant, by group;
+* real-server fidelity of reconstruction without the server's ids: ok / ok_resplit / wrong_ok /
+  flagged_right / false_alarm / error per mode and variant, by group, in three passes:
+  `blind` (no provider traits), `probed` (the traits specregen's endpoint probe finds against
+  this server, asked the variant's way: what a pipeline run has), `logprobs` (the client
+  variant's logprobs, which vLLM returns as `token_id:N`: evidence `logprobs`), plus whether
+  the ids the logprobs name equal the server's token ids;
 * yield: template-shaped answers `ok` with exact ids, and what is not exact by reason;
 * prompt ids equal to the server's `prompt_token_ids`.
 
@@ -66,12 +70,18 @@ def family_run(name: str, args: argparse.Namespace) -> int:
         server = VllmServer.start(spec, Path(work))
         print(f"server up in {time.monotonic() - started:.0f} s", flush=True)
         try:
+            traits = {}
+            if not args.no_probe:
+                for variant in variants:
+                    traits[variant] = conformance.probe_profile(server, fmt, variant).traits()
+                    print(f"probe ({variant}): {traits[variant]}", flush=True)
+
             def progress(i: int) -> None:
                 if i % 100 == 0:
                     print(f"  {i}/{total} ({time.monotonic() - started:.0f} s)", flush=True)
 
             results = list(conformance.run(server, fmt, cases, variants, streams,
-                                           progress=progress))
+                                           traits=traits, progress=progress))
         finally:
             server.stop()
     print(f"{total} answers in {time.monotonic() - started:.0f} s\n")
@@ -79,22 +89,28 @@ def family_run(name: str, args: argparse.Namespace) -> int:
     rows = conformance.tally(results)
     wrong = 0
     for (mode, variant), row in sorted(rows.items()):
-        right = row.outcomes["ok"] + row.outcomes["ok_resplit"] + row.outcomes["false_alarm"]
-        t = sum(row.template.values())
         print(f"\n-- {mode}/{variant}: {row.answers} answers, emulator equal {row.equal}, "
               f"differs {row.answers - row.equal} {dict(row.differs)}")
-        print(f"   fidelity {dict(row.outcomes)}; wrong ok {row.outcomes['wrong_ok']}; "
-              f"false alarms {row.outcomes['false_alarm']}/{right} "
-              f"({100 * row.outcomes['false_alarm'] / max(1, right):.1f}%)")
-        for group, counter in sorted(row.by_group.items()):
-            print(f"   {group}: {dict(counter)}")
-        print(f"   yield: {row.template['ok']}/{t} template-shaped ok with exact ids "
-              f"({100 * row.template['ok'] / max(1, t):.1f}%); not exact: "
-              f"{dict(row.not_exact.most_common(8))}")
+        for name, outcomes in row.outcomes.items():
+            right = outcomes["ok"] + outcomes["ok_resplit"] + outcomes["false_alarm"]
+            template = row.template.get(name, Counter())
+            t = sum(template.values())
+            print(f"   [{name}] {dict(outcomes)}; wrong ok {outcomes['wrong_ok']}; false alarms "
+                  f"{outcomes['false_alarm']}/{right} "
+                  f"({100 * outcomes['false_alarm'] / max(1, right):.1f}%); evidence "
+                  f"{dict(row.evidence.get(name, {}))}")
+            for group, counter in sorted(row.by_group.get(name, {}).items()):
+                print(f"      {group}: {dict(counter)}")
+            print(f"      yield: {template['ok']}/{t} template-shaped ok with exact ids "
+                  f"({100 * template['ok'] / max(1, t):.1f}%); not exact: "
+                  f"{dict(row.not_exact.get(name, Counter()).most_common(8))}")
+            wrong += outcomes["wrong_ok"]
+        if row.logprob_ids:
+            print(f"   ids named by the logprobs vs the server's token ids: "
+                  f"{dict(row.logprob_ids)}")
         print(f"   prompt ids equal to the server's: {row.prompt_equal}/{row.answers}")
         for example in row.examples[:3]:
             print(f"   e.g. {example}")
-        wrong += row.outcomes["wrong_ok"]
     if args.dump:
         with open(args.dump, "a", encoding="utf-8") as out:
             for line in conformance.dump(results):
@@ -110,6 +126,8 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(conformance.VARIANTS))
     parser.add_argument("--modes", default="plain,stream")
     parser.add_argument("--dump", help="append the answers that differ or are not exact here")
+    parser.add_argument("--no-probe", action="store_true",
+                        help="skip the endpoint probe (no `probed` pass)")
     args = parser.parse_args()
     wrong = 0
     for name in args.families.split(","):

@@ -30,7 +30,7 @@ from specregen.emulator.config import UPSTREAM_PROFILES, EmulatorConfig, Profile
 from specregen.emulator.generate import RequestError, request_keys
 from specregen.emulator.profiles import ResponseMeta, response_body, stream_frames
 from specregen.models.chat_format import FormatError, RealCase
-from specregen.models.kimi_k25 import KimiK25
+from specregen.models.kimi_k25 import THINK_END, KimiK25
 from specregen.models.kimi_k25.served import render_message, view
 from specregen.models.tokenizer import Tokenizer
 from specregen.reconstruct import reconstruct
@@ -387,8 +387,11 @@ def describe_wrong(tally: Tally, limit: int = 5) -> list[str]:
 # The corpus for a real server (specregen.realserver): the same requests and answer shapes,
 # as the ids the model writes, for a real vLLM's scripted model to answer with.
 
-# What K2.5's template expects it to write (the base of the real server's yield).
-TEMPLATE_SHAPES = frozenset({"clean", "literal"})
+# What K2.5's template expects it to write (the base of the real server's yield): the clean
+# shape, whose answers have 0-3 calls (parallel ones included) and, now and then, an empty
+# reasoning (`</think>` first: `empty_think`).
+TEMPLATE_SHAPES = frozenset({"clean", "empty_think"})
+EMPTY_THINK_RATE = 0.15
 
 
 def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
@@ -409,5 +412,10 @@ def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
         except (RequestError, FormatError):
             continue
         request = {k: v for k, v in request.items() if k != "return_token_ids"}
+        ids = gen.ids
+        think_end = tok.token_id(THINK_END)
+        if (shape == "clean" and think_end in ids
+                and random.Random(seed * 100_003 + i).random() < EMPTY_THINK_RATE):
+            shape, ids = "empty_think", ids[ids.index(think_end):]
         yield RealCase(f"k25-{seed}-{i}", shape, (group(shape),) * 2, shape in TEMPLATE_SHAPES,
-                       request, tuple(gen.ids), max_tokens)
+                       request, tuple(ids), max_tokens)

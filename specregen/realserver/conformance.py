@@ -37,9 +37,11 @@ from specregen.emulator.profiles import (
     response_body,
     stream_frames,
 )
+from specregen.logprobs import ids_from_logprobs
 from specregen.models.chat_format import ChatFormat, RealCase, RealVllmSpec
 from specregen.models.registry import get_server
 from specregen.models.tokenizer import Tokenizer
+from specregen.probe.model import ProviderProfile
 from specregen.realserver.server import MAX_NUM_SEQS, RealServerError, VllmServer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
@@ -67,7 +69,9 @@ def sent_request(case: RealCase, variant: str, stream: bool, *, token_ids: bool 
     (`return_token_ids`) for the comparison; the blind reading drops them."""
     body = dict(case.request)
     if variant == "client":
-        body.update(client_options())
+        # What the client sends to a vLLM whose probe found logprobs (it does: they name every
+        # token as `token_id:N`).
+        body.update(client_options(), logprobs=True, return_tokens_as_token_ids=True)
     if token_ids:
         body["return_token_ids"] = True
     if stream:
@@ -163,6 +167,9 @@ def differences(real: dict[str, Any], emulated: dict[str, Any]) -> list[str]:
 # Measuring
 
 
+Pass = str  # "blind" (no provider traits), "probed" (the probe's traits), "logprobs"
+
+
 @dataclass
 class Row:
     """One family x mode x variant of the run."""
@@ -171,12 +178,22 @@ class Row:
     equal: int = 0
     differs: Counter[str] = field(default_factory=Counter)  # field -> answers differing
     by_shape: dict[str, Counter[str]] = field(default_factory=dict)  # shape -> equal/differs
-    outcomes: Counter[Outcome] = field(default_factory=Counter)
-    by_group: dict[str, Counter[Outcome]] = field(default_factory=dict)
-    template: Counter[Outcome] = field(default_factory=Counter)
-    not_exact: Counter[str] = field(default_factory=Counter)  # template-shaped, by reason
+    outcomes: dict[Pass, Counter[Outcome]] = field(default_factory=dict)
+    by_group: dict[Pass, dict[str, Counter[Outcome]]] = field(default_factory=dict)
+    template: dict[Pass, Counter[Outcome]] = field(default_factory=dict)
+    not_exact: dict[Pass, Counter[str]] = field(default_factory=dict)  # template, by reason
     prompt_equal: int = 0
+    evidence: dict[Pass, Counter[str]] = field(default_factory=dict)
+    logprob_ids: Counter[str] = field(default_factory=Counter)  # equal / differ / undecided
     examples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One reconstruction of a real answer, compared with the scripted ids."""
+
+    sample: TokenSample
+    outcome: Outcome
 
 
 @dataclass
@@ -187,20 +204,43 @@ class Result:
     real: dict[str, Any]
     emulated: dict[str, Any]
     diffs: list[str]
-    sample: TokenSample | None
-    outcome: Outcome | None
-    prompt_equal: bool | None
+    measures: dict[Pass, Measure] = field(default_factory=dict)
+    prompt_equal: bool | None = None
+    # The ids the logprobs name equal the server's token ids (None: they cannot decide).
+    logprob_ids_equal: bool | None = None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        blind = self.measures.get("blind")
+        return blind.outcome if blind is not None else None
+
+
+def measure(fmt: ChatFormat, case: RealCase, body: dict[str, Any], answer: dict[str, Any],
+            truth_prompt: list[int], completion: list[int],
+            traits: ProviderTraits | None) -> Measure:
+    sample = reconstruct(case.sample_id, body, answer, fmt, traits=traits)
+    if sample.status == "error":
+        return Measure(sample, "error")
+    truth = list(truth_prompt) + list(completion)
+    kind, _ = compare(fmt.tok, sample.input_ids, truth, sample.prompt_len, len(truth_prompt))
+    if sample.status == "ok":
+        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
+    else:
+        outcome = "false_alarm" if kind == "exact" else "flagged_right"
+    return Measure(sample, outcome)
 
 
 def run_case(server: VllmServer, fmt: ChatFormat, case: RealCase, variant: str, stream: bool,
-             index: int, traits: ProviderTraits | None = None) -> Result:
-    """One case through the real server and the emulator, and the blind reconstruction."""
+             index: int, traits: dict[str, ProviderTraits | None] | None = None) -> Result:
+    """One case through the real server and the emulator; the real answer rebuilt without
+    server ids (`blind`), with the probe's traits for the variant (`probed`, when given), and
+    from its logprobs alone (`logprobs`, when they came back)."""
     body = sent_request(case, variant, stream)
     real = ask_real(server, body)
     emulated = ask_emulator(server.spec, fmt.tok, case, body, index)
-    diffs = differences(real, emulated)
+    result = Result(case, variant, stream, real, emulated, differences(real, emulated))
     if "choices" not in real:
-        return Result(case, variant, stream, real, emulated, diffs, None, None, None)
+        return result
     truth_prompt = real.get("prompt_token_ids") or []
     completion = real["choices"][0].get("token_ids") or []
     expected = list(case.ids[:case.max_tokens] if case.max_tokens else case.ids)
@@ -208,26 +248,32 @@ def run_case(server: VllmServer, fmt: ChatFormat, case: RealCase, variant: str, 
         raise RealServerError(f"{case.sample_id}: the server answered other ids than scripted "
                               f"({len(completion)} vs {len(expected)}); misses: "
                               f"{server.misses()[-3:]}")
-    sample = reconstruct(case.sample_id, body, blind_body(real), fmt, traits=traits)
-    if sample.status == "error":
-        return Result(case, variant, stream, real, emulated, diffs, sample, "error",
-                      None)
-    truth = list(truth_prompt) + list(completion)
-    kind, _ = compare(fmt.tok, sample.input_ids, truth, sample.prompt_len, len(truth_prompt))
-    if sample.status == "ok":
-        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
-    else:
-        outcome = "false_alarm" if kind == "exact" else "flagged_right"
-    prompt_equal = list(sample.input_ids[:sample.prompt_len]) == list(truth_prompt)
-    return Result(case, variant, stream, real, emulated, diffs, sample, outcome, prompt_equal)
+    blind = blind_body(real)
+    blind.get("choices", [{}])[0].pop("logprobs", None)
+    result.measures["blind"] = measure(fmt, case, body, blind, truth_prompt, completion, None)
+    probed = (traits or {}).get(variant)
+    if probed is not None:
+        result.measures["probed"] = measure(fmt, case, body, blind, truth_prompt, completion,
+                                            probed)
+    logprobs = real["choices"][0].get("logprobs")
+    if logprobs:
+        named = ids_from_logprobs(logprobs.get("content") or [], fmt.tok,
+                                  (real.get("usage") or {}).get("completion_tokens"))
+        result.logprob_ids_equal = None if named.ids is None else named.ids == completion
+        result.measures["logprobs"] = measure(fmt, case, body, blind_body(real), truth_prompt,
+                                              completion, probed)
+    sample = result.measures["blind"].sample
+    result.prompt_equal = list(sample.input_ids[:sample.prompt_len]) == list(truth_prompt)
+    return result
 
 
 def run(server: VllmServer, fmt: ChatFormat, cases: Sequence[RealCase],
         variants: Sequence[str] = VARIANTS, streams: Sequence[bool] = (False, True),
-        traits: ProviderTraits | None = None, progress: Any = None,
+        traits: dict[str, ProviderTraits | None] | None = None, progress: Any = None,
         concurrency: int = MAX_NUM_SEQS) -> list[Result]:
     """Every case in every variant and mode, `concurrency` requests at a time (the server runs
-    as many sequences at once); the scripts are written once, up front."""
+    as many sequences at once); the scripts are written once, up front. `traits`: per variant,
+    what the probe found (the `probed` pass)."""
     with ThreadPoolExecutor(concurrency) as pool:
         prompts = list(pool.map(lambda c: server.prompt_ids(c.request), cases))
         server.script(zip(prompts, (c.ids for c in cases), strict=True))
@@ -262,14 +308,20 @@ def tally(results: Sequence[Result]) -> dict[tuple[str, str], Row]:
         else:
             row.equal += 1
             shape["equal"] += 1
-        if r.outcome is not None:
-            row.outcomes[r.outcome] += 1
-            row.by_group.setdefault(r.case.group(r.stream), Counter())[r.outcome] += 1
+        for name, m in r.measures.items():
+            row.outcomes.setdefault(name, Counter())[m.outcome] += 1
+            row.by_group.setdefault(name, {}).setdefault(r.case.group(r.stream),
+                                                         Counter())[m.outcome] += 1
+            row.evidence.setdefault(name, Counter())[m.sample.evidence or "n/a"] += 1
             if r.case.template_shaped:
-                row.template[r.outcome] += 1
-                if r.outcome != "ok" and r.sample is not None:
-                    reason = ",".join(sorted(r.sample.flags)) or r.outcome
-                    row.not_exact[reason] += 1
+                row.template.setdefault(name, Counter())[m.outcome] += 1
+                if m.outcome != "ok":
+                    reason = ",".join(sorted(m.sample.flags)) or m.outcome
+                    row.not_exact.setdefault(name, Counter())[reason] += 1
+        if r.logprob_ids_equal is not None:
+            row.logprob_ids["equal" if r.logprob_ids_equal else "differ"] += 1
+        elif "logprobs" in r.measures:
+            row.logprob_ids["undecided"] += 1
         if r.prompt_equal:
             row.prompt_equal += 1
     return rows
@@ -297,13 +349,38 @@ def conformance_table(results: Sequence[Result]) -> str:
 def dump(results: Sequence[Result]) -> Iterator[str]:
     """One JSON line per answer that differs or is not exactly rebuilt (for reading later)."""
     for r in results:
-        if not r.diffs and r.outcome in ("ok", None):
+        if not r.diffs and all(m.outcome == "ok" for m in r.measures.values()):
             continue
         yield json.dumps({
             "case": r.case.sample_id, "shape": r.case.shape, "variant": r.variant,
             "stream": r.stream, "diffs": {d: [face(r.real).get(d), face(r.emulated).get(d)]
                                           for d in r.diffs},
-            "outcome": r.outcome, "flags": list(r.sample.flags) if r.sample else None,
+            "outcomes": {k: m.outcome for k, m in r.measures.items()},
+            "flags": {k: list(m.sample.flags) for k, m in r.measures.items()},
             "request": r.case.request, "ids": list(r.case.ids),
             "max_tokens": r.case.max_tokens,
         }, ensure_ascii=False)
+
+
+def probe_profile(server: VllmServer, fmt: ChatFormat, variant: str, requests: int = 2
+                  ) -> ProviderProfile:
+    """What specregen's endpoint probe finds about the real server, asked the way `variant`
+    asks (the server's defaults, or the client's options), through the scripting proxy (the
+    emulator's model decides what it writes)."""
+    from specregen.client.config import EndpointConfig
+    from specregen.probe.run import probe_endpoint
+    from specregen.probe.scenarios import build_scenarios
+    from specregen.realserver.proxy import ScriptingProxy
+
+    front = ScriptingProxy.for_server(server, fmt.tok, tool_call_rate=1.0)
+    running = front.serve()
+    try:
+        cfg = EndpointConfig.load({
+            "base_url": running.url, "model": server.spec.served_model_name,
+            "dialect": "vllm", "format": server.spec.format_name, "stream": False,
+            "text_as_written": variant == "client"})
+        profile = probe_endpoint(cfg, None, build_scenarios(requests), fmt=fmt,
+                                 tokenizer=fmt.tok.source)
+    finally:
+        running.stop()
+    return profile

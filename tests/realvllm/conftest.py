@@ -21,6 +21,8 @@ import pytest
 
 from specregen.models.registry import get_format, real_vllm_spec
 from specregen.models.tokenizer import Tokenizer, load_tokenizer
+from specregen.probe.model import ProviderProfile
+from specregen.realserver.conformance import probe_profile
 from specregen.realserver.server import DEFAULT_VENV, PYTHON_ENV, VllmServer
 from tests.support import kimi_tokenizer_dir
 
@@ -40,6 +42,14 @@ class Servers:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.current: Family | None = None
+        # What specregen's probe found against the current server, per way of asking.
+        self.profiles: dict[str, ProviderProfile] = {}
+
+    def profile(self, name: str, variant: str) -> ProviderProfile:
+        family = self.get(name)
+        if variant not in self.profiles:
+            self.profiles[variant] = probe_profile(family.server, family.fmt, variant)
+        return self.profiles[variant]
 
     def get(self, name: str) -> Family:
         if self.current is not None and self.current.name == name:
@@ -59,6 +69,7 @@ class Servers:
         return self.current
 
     def stop(self) -> None:
+        self.profiles = {}
         if self.current is not None:
             self.current.server.stop()
             self.current = None

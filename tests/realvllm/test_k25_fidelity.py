@@ -1,0 +1,61 @@
+"""Reconstruction of real vLLM answers (K2.5), against the ids the model was scripted to write:
+the fidelity corpus' shapes, plain and streamed, with the server's defaults (spaces around
+added tokens) and the way the client asks (no spaces, logprobs). No answer may come back `ok`
+with wrong ids, whatever the pass; the prompt we render is the server's on every request; the
+ids the logprobs name are the server's."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from specregen.realserver import conformance
+
+REQUESTS = 16
+
+
+@pytest.fixture(scope="module")
+def results(real_servers):
+    k25 = real_servers.get("kimi-k2.5")
+    traits = {v: real_servers.profile("kimi-k2.5", v).traits() for v in conformance.VARIANTS}
+    cases = conformance.real_cases(k25.spec, k25.tok, REQUESTS, seed=3)
+    return conformance.run(k25.server, k25.fmt, cases, traits=traits)
+
+
+def test_no_real_answer_is_ok_with_wrong_ids(results):
+    wrong = [(r.case.sample_id, r.variant, r.stream, name, m.sample.flags)
+             for r in results for name, m in r.measures.items() if m.outcome == "wrong_ok"]
+    assert not wrong, wrong
+    outcomes = Counter((name, m.outcome) for r in results for name, m in r.measures.items())
+    # Every pass ran, and the client's way of asking gets most answers right.
+    assert {name for name, _ in outcomes} == {"blind", "probed", "logprobs"}, outcomes
+    client = [r for r in results if r.variant == "client"]
+    ok = sum(r.measures["probed"].outcome == "ok" for r in client)
+    assert ok >= 0.6 * len(client), outcomes
+
+
+def test_the_prompt_we_render_is_the_servers(results):
+    assert all(r.prompt_equal for r in results), [
+        r.case.sample_id for r in results if not r.prompt_equal]
+
+
+def test_logprobs_name_the_servers_ids_and_prove_them(results):
+    client = [r for r in results if r.variant == "client"]
+    assert client and all(r.logprob_ids_equal is True for r in client), [
+        (r.case.sample_id, r.logprob_ids_equal) for r in client]
+    for r in client:
+        measure = r.measures["logprobs"]
+        if measure.outcome in ("ok", "ok_resplit"):
+            assert measure.sample.evidence == "logprobs", (r.case.sample_id, measure.sample)
+
+
+def test_inserted_spaces_are_never_taken_for_model_text(results):
+    defaults = [r for r in results if r.variant == "defaults"]
+    for r in defaults:
+        for name in ("blind", "probed"):
+            m = r.measures[name]
+            assert m.outcome != "wrong_ok"
+            if m.outcome == "ok":
+                # Proven only with the spaces taken out (the probe found them).
+                assert "spaces_removed" in m.sample.flags, (r.case.sample_id, m.sample.flags)
