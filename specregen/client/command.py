@@ -161,6 +161,11 @@ def infer(
     return_token_ids: Annotated[
         bool | None, typer.Option("--return-token-ids", help="vLLM: ask for the token ids")
     ] = None,
+    logprobs: Annotated[
+        bool | None,
+        typer.Option("--logprobs/--no-logprobs",
+                     help="Ask for logprobs: the sampled tokens prove the rebuilt ids"),
+    ] = None,
     retry_failed: Annotated[
         bool, typer.Option("--retry-failed", help="Request permanently failed samples again")
     ] = False,
@@ -216,7 +221,8 @@ def infer(
             prompts, out, base_url=base_url, model=model, dialect=dialect,
             concurrency=concurrency, max_tokens=max_tokens, stream=stream,
             budget_usd=budget_usd, api_key_env=api_key_env, return_token_ids=return_token_ids,
-            retry_failed=retry_failed, connections_per_client=connections_per_client, rpm=rpm,
+            logprobs=logprobs, retry_failed=retry_failed,
+            connections_per_client=connections_per_client, rpm=rpm,
             thinking=thinking, config=config, provider_profile=provider_profile,
             tokenizer=tokenizer, max_context_tokens=max_context_tokens, wait=wait, mode=mode,
             format=chat_format, turns=turns,
@@ -240,6 +246,7 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
         "budget_usd": opts["budget_usd"],
         "api_key_env": opts["api_key_env"],
         "return_token_ids": opts["return_token_ids"],
+        "logprobs": opts.get("logprobs"),
         "connections_per_shard": opts["connections_per_client"],
         "requests_per_minute": opts["rpm"],
         "thinking": opts["thinking"],
