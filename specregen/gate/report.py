@@ -66,6 +66,10 @@ class GateReport:
     # Whole conversations (samples with a conversation_id): how their regeneration ended and
     # how many user turns each reached; None when the dataset has none.
     conversations: dict[str, Any] | None = None
+    # What the endpoint probe found about the server's text transformations (the provider
+    # traits reconstruction used; None: no probe), named in the report with the samples each
+    # touched.
+    provider: dict[str, bool | None] | None = None
 
     @property
     def passed(self) -> bool:
@@ -90,8 +94,10 @@ def run_gate(
     reference: Mapping[str, dict[str, Any] | None] | None = None,
     on_accept: Callback | None = None,
     on_quarantine: Callback | None = None,
+    provider: Mapping[str, bool | None] | None = None,
 ) -> GateReport:
-    """Check every sample, hand each to its callback with the decision, and report."""
+    """Check every sample, hand each to its callback with the decision, and report.
+    `provider`: the probe's findings the reconstruction used (the report names them)."""
     tally = Tally(config, reference)
     for sample in samples:
         decision = check_sample(sample, fmt, config)
@@ -99,7 +105,9 @@ def run_gate(
         callback = on_accept if decision.accepted else on_quarantine
         if callback is not None:
             callback(sample, decision)
-    return tally.report(dataset)
+    report = tally.report(dataset)
+    report.provider = dict(provider) if provider is not None else None
+    return report
 
 
 # --- the tally --------------------------------------------------------------------------------
@@ -404,8 +412,8 @@ def render_markdown(report: GateReport) -> str:
         *(f"| `{c}` | {k:,} | {_share(k, n)} | {CHECK_MEANINGS[c]} |"
           for c, k in report.by_check.items()),
     ]
-    lines += _counter_table("Reconstruction flags (all samples)", "flag", "samples",
-                            report.reconstruction_flags)
+    lines += _transformations_section(report)
+    lines += _flags_table(report.reconstruction_flags)
     lines += _counter_table("Schema quirks normalised", "quirk", "calls validated",
                             report.schema_quirks)
     lines += _tools_table(report)
@@ -414,6 +422,51 @@ def render_markdown(report: GateReport) -> str:
     lines += ["", "## Settings", "", "| setting | value |", "|---|---|",
               *(f"| `{k}` | {v} |" for k, v in report.config.items()), ""]
     return "\n".join(lines)
+
+
+# Server-side text transformations: the probe's finding, what it does to an answer, and the
+# reconstruction flags that show where it touched a sample.
+TRANSFORMATIONS = {
+    "spaces_around_added_tokens": (
+        "spaces around added tokens",
+        "the server's detokenizer puts a space before every added token and before the text"
+        " after one (vLLM's default `spaces_between_special_tokens` with a slow tokenizer):"
+        " text the model never wrote, which a token count rarely shows. specregen asks vLLM"
+        " and SGLang not to (`spaces_between_special_tokens: false`); where the spaces are"
+        " there, reconstruction takes them out (`spaces_removed`), and where it cannot know"
+        " whether they are, it keeps both readings and flags the answer unless a count or the"
+        " server's ids decide (`spaces_kept`)",
+        ("spaces_removed", "spaces_kept", "spaces_not_found"),
+    ),
+}
+FLAG_MEANINGS = {
+    "spaces_removed": "spaces the server put around added tokens were taken out",
+    "spaces_kept": "read with leading spaces as the model's text, beside a reading without"
+                   " them (the server may have put them there)",
+    "spaces_not_found": "the probe found spaces around added tokens, but this answer's fields"
+                        " cannot carry them: read as returned",
+    "logprobs_undecidable": "logprobs came back but cannot name every token (left-out special"
+                            " tokens, a token cut inside a character)",
+}
+
+
+def _transformations_section(report: GateReport) -> list[str]:
+    flags = report.reconstruction_flags
+    rows = []
+    for name, (label, meaning, shown_by) in TRANSFORMATIONS.items():
+        found = (report.provider or {}).get(name)
+        touched = sum(flags.get(f, 0) for f in shown_by)
+        if found is None and not touched and report.provider is None:
+            continue
+        verdict = {True: "yes", False: "no", None: "unknown"}[found]
+        rows.append(f"| {label} | {verdict} | {touched:,} | {meaning} |")
+    if not rows:
+        return []
+    return ["", "## Server text transformations", "",
+            "What the endpoint probe found the server does to the model's text, and the samples"
+            " whose reading it touched (flags).", "",
+            "| transformation | probe found | samples | what it means |",
+            "|---|---|---:|---|", *rows]
 
 
 def _conversations_section(conv: dict[str, Any] | None, history_calls: int) -> list[str]:
@@ -452,6 +505,14 @@ def _conversations_section(conv: dict[str, Any] | None, history_calls: int) -> l
         f"answers of a turn (checked like the completion's): {history_calls:,}.",
     ]
     return lines
+
+
+def _flags_table(counts: dict[str, int]) -> list[str]:
+    if not counts:
+        return []
+    return ["", "## Reconstruction flags (all samples)", "", "| flag | samples | means |",
+            "|---|---:|---|",
+            *(f"| {_code(k)} | {v:,} | {FLAG_MEANINGS.get(k, '')} |" for k, v in counts.items())]
 
 
 def _counter_table(title: str, key: str, unit: str, counts: dict[str, int]) -> list[str]:

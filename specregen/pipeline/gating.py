@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.gate import GateReport, run_gate
+from specregen.gate.report import TRANSFORMATIONS
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
@@ -86,6 +87,8 @@ def gate_dataset(
         reference=reference,
         on_accept=on_accept,
         on_quarantine=on_quarantine,
+        provider=None if run.traits is None else {
+            name: getattr(run.traits, name) for name in TRANSFORMATIONS},
     )
     run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")
     run.store.write_bytes(report.to_markdown().encode(), run.name, STAGE, run.gate_fp,

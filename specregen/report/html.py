@@ -6,6 +6,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from specregen.gate.report import TRANSFORMATIONS
+from specregen.records import EVIDENCE_LEVELS
 from specregen.report import svg
 from specregen.report.build import ReportData
 from specregen.report.stats import LENGTHS, histogram, summary
@@ -18,8 +20,8 @@ LENGTH_TITLES = {
     "completion": "Completion length (all generated tokens)",
 }
 STATUS_COLORS = {"ok": "green", "flagged": "amber", "error": "red"}
-EVIDENCE_COLORS = {"reference": "green", "usage_exact": "blue", "usage_tolerated": "amber",
-                   "none": "red"}
+EVIDENCE_COLORS = {"reference": "green", "logprobs": "green", "usage_exact": "blue",
+                   "usage_tolerated": "amber", "none": "red"}
 
 
 def _share(part: float, whole: float) -> str:
@@ -84,6 +86,7 @@ def render_report(data: ReportData) -> str:
         _counts_section("Reconstruction flags (samples)", s.flags.most_common(30), s.samples,
                         color="amber"),
         _evidence(data),
+        _transformations(data),
         _quarantine(data),
         _tools(data),
         _trigger(gate.get("trigger_agreement")),
@@ -144,7 +147,7 @@ def _evidence(data: ReportData) -> str:
     if not s.has_evidence:
         return ('<section><h2>Evidence levels</h2><p class="none">The token shards carry no '
                 '<code>evidence</code> column.</p></section>')
-    order = ("reference", "usage_exact", "usage_tolerated", "none")
+    order = EVIDENCE_LEVELS
     rows = [(k, s.evidence.get(k, 0)) for k in order if s.evidence.get(k)]
     rows += [(k, v) for k, v in s.evidence.items() if k not in order]
     accepted = [(k, s.evidence_accepted.get(k, 0)) for k, _ in rows]
@@ -152,6 +155,26 @@ def _evidence(data: ReportData) -> str:
                             colors=EVIDENCE_COLORS)
             + _counts_section("Evidence levels (accepted samples)", accepted, s.accepted,
                               colors=EVIDENCE_COLORS))
+
+
+def _transformations(data: ReportData) -> str:
+    """What the endpoint probe found the server does to the model's text (the gate report's
+    `provider`), and the samples each touched."""
+    provider = (data.gate or {}).get("provider")
+    rows = []
+    for name, (label, meaning, shown_by) in TRANSFORMATIONS.items():
+        found = (provider or {}).get(name)
+        touched = sum(data.stats.flags.get(f, 0) for f in shown_by)
+        if provider is None and not touched:
+            continue
+        verdict = {True: "yes", False: "no", None: "unknown"}[found]
+        rows.append(f"<tr><td>{escape(label)}</td><td>{verdict}</td><td>{touched:,}</td>"
+                    f"<td>{escape(meaning)}</td></tr>")
+    if not rows:
+        return ""
+    return ('<section><h2>Server text transformations</h2><table class="grid"><tr>'
+            "<th>transformation</th><th>probe found</th><th>samples</th><th>what it means</th>"
+            f"</tr>{''.join(rows)}</table></section>")
 
 
 def _quarantine(data: ReportData) -> str:

@@ -737,7 +737,7 @@ def test_min_evidence_quarantines_weaker_samples_and_the_report_splits_them(mini
                       dataset="d")
     assert report.by_check["evidence"] == 1
     assert report.totals["accepted_by_evidence"] == {
-        "reference": 0, "usage_exact": 1, "usage_tolerated": 0, "none": 0}
+        "reference": 0, "logprobs": 0, "usage_exact": 1, "usage_tolerated": 0, "none": 0}
     assert "## Accepted samples by evidence" in report.to_markdown()
     loose = run_gate([proven, unproven], mini_fmt, GateConfig(min_evidence="none"), dataset="d")
     assert loose.totals["accepted_by_evidence"]["none"] == 1

@@ -394,7 +394,12 @@ def test_run_check_refuses_a_profile_of_another_endpoint(tmp_path):
 def test_scenarios_ask_each_way_a_run_can():
     scenarios = {s.name: s for s in build_scenarios(2)}
     assert list(scenarios) == ["tools", "system_prompt", "thinking_on", "thinking_off",
-                               "history", "plain"]
+                               "history", "plain", "logprobs"]
+    # Only the logprobs scenario asks for them (a provider may refuse: nothing else is lost).
+    plain_cfg = scenario_config(cfg(), scenarios["plain"])
+    logprobs_cfg = scenario_config(cfg(), scenarios["logprobs"])
+    assert not build_request(scenarios["plain"].prompts[0], plain_cfg).get("logprobs")
+    assert build_request(scenarios["logprobs"].prompts[0], logprobs_cfg)["logprobs"] is True
     base = cfg(reasoning={"effort": "high"})
     tools_body = build_request(scenarios["tools"].prompts[0], scenario_config(base,
                                                                               scenarios["tools"]))
@@ -689,7 +694,9 @@ def test_nothing_to_tell_leaves_every_finding_unknown():
     assert found.ends_reasoning_at_tools is None
     assert set(found.evidence) == {"renumbers_tool_ids", "deletes_no_content",
                                    "splits_reasoning", "counts_stop_token",
-                                   "ends_reasoning_at_tools", "forces_reasoning"}
+                                   "ends_reasoning_at_tools", "forces_reasoning",
+                                   "returns_logprobs"}
+    assert found.returns_logprobs is None
 
 
 def test_profile_traits_round_trip_and_old_versions_are_refused(tmp_path):
