@@ -63,7 +63,7 @@ def test_spaces_the_probe_found_are_taken_out(fmt, stream):
 def test_unknown_spaces_are_never_taken_for_the_models_text(fmt, stream):
     # A leading space joins the next token (" The" is one token): the count cannot tell the
     # two readings apart, so the answer is flagged, whichever ids it carries.
-    ids, body = spaced(fmt, stream)
+    _ids, body = spaced(fmt, stream)
     request = {**REQUEST, "stream": True} if stream else REQUEST
     sample = reconstruct("s", request, body, fmt)
     assert sample.status == "flagged", sample.flags
@@ -104,7 +104,7 @@ def test_the_probe_votes_on_spaces():
 
 
 def test_the_gate_report_names_the_transformation(fmt):
-    ids, body = spaced(fmt, False)
+    _ids, body = spaced(fmt, False)
     traits = ProviderTraits(spaces_around_added_tokens=True, renumbers_tool_ids=False)
     sample = reconstruct("s", REQUEST, body, fmt, traits=traits)
     report = run_gate([sample], fmt, GateConfig(), dataset="d",
@@ -152,7 +152,7 @@ def test_logprobs_prove_a_reconstruction(fmt):
     assert sample.input_ids[sample.prompt_len:] == ids
     assert sample.evidence == "logprobs" and sample.status == "ok"
     # Ids the logprobs contradict are flagged, never passed off.
-    other = ids[:2] + [ids[2] + 1] + ids[3:]
+    other = [*ids[:2], ids[2] + 1, *ids[3:]]
     body["choices"][0]["logprobs"]["content"] = [{"token": f"token_id:{i}"} for i in other]
     assert reconstruct("s", REQUEST, body, fmt).status == "flagged"
 
