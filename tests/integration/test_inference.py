@@ -271,13 +271,63 @@ def test_reconstructed_ids_match_the_emulators_truth_with_real_format(tmp_path, 
         assert sample.input_ids[sample.prompt_len :] == reference
 
 
-def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_path, tok):
+class AttemptOrder:
+    """Wraps the engine's `send`: every attempt's start and end, in the order they happen, with
+    the worker (the asyncio task) that made it and its sample (the request's messages)."""
+
+    def __init__(self, send):
+        self.send = send
+        self.events: list[tuple[str, object, str, object]] = []  # (start|end, task, sample, result)
+
+    async def __call__(self, client, cfg, body, key):
+        import asyncio
+
+        task, sample = asyncio.current_task(), json.dumps(body["messages"])
+        self.events.append(("start", task, sample, None))
+        result = await self.send(client, cfg, body, key)
+        self.events.append(("end", task, sample, result))
+        return result
+
+    def backoffs_holding_a_slot(self, min_wait: float, max_attempts: int) -> tuple[int, list]:
+        """Attempts answered with a wait of `min_wait` s or more (Retry-After) while the input
+        still had prompts, whose worker did not go on with another sample before that sample's
+        retry. While input is left a worker's next job is a new prompt or a due retry, never a
+        sample whose wait has barely begun: its next request is another sample's, and comes
+        before the retry. Order only. Returns (attempts checked, violations)."""
+        starts = [(n, e) for n, e in enumerate(self.events) if e[0] == "start"]
+        first: dict[str, int] = {}
+        for n, (_, _, sample, _) in starts:
+            first.setdefault(sample, n)
+        last_first = max(first.values())
+        attempts: dict[str, int] = {}
+        checked, bad = 0, []
+        for n, (kind, task, sample, result) in enumerate(self.events):
+            if kind == "start":
+                attempts[sample] = attempts.get(sample, 0) + 1
+                continue
+            if (result.kind != "retryable" or (result.retry_after_s or 0) < min_wait
+                    or attempts[sample] >= max_attempts):
+                continue
+            nxt = next((m for m, e in starts if m > n and e[1] is task), None)
+            if nxt is None or nxt > last_first:
+                continue  # the input ran dry before this worker's next request
+            checked += 1
+            retry = next((m for m, e in starts if m > n and e[2] == sample), None)
+            if self.events[nxt][2] == sample or (retry is not None and retry < nxt):
+                bad.append((n, result.error_class, result.retry_after_s))
+        return checked, bad
+
+
+def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_path, tok,
+                                                                           monkeypatch):
     """Issue 14's storm: 20% 429 with Retry-After, 10% 5xx, 5% resets, truncations, stream
-    errors and stalls. Samples waiting out a backoff give their slot to other prompts, so the
-    window stays >= 90% full while input is left; after at most one --retry-failed every sample
-    has a final answer."""
+    errors and stalls. Samples waiting out a backoff give their slot to other prompts: while
+    input is left, every worker answered "retry after 1 s" sends another sample next, before
+    that sample's retry (order, not time: bench/window.py measures how full the window stays);
+    after at most one --retry-failed every sample has a final answer."""
     import asyncio
 
+    from specregen.client import engine as engine_module
     from specregen.client.command import parse_prompt_line
     from specregen.client.config import EndpointConfig
     from specregen.client.engine import run_inference
@@ -286,13 +336,15 @@ def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_
                             rate_reset=0.05, rate_truncated=0.01, rate_stream_error=0.01,
                             rate_stall=0.01, stall_seconds=3.0, latency="fixed",
                             latency_mean=0.05)
-    n, window = 600, 32
+    n, window, max_attempts = 600, 32, 6
     src = write_prompts(tmp_path / "prompts.jsonl", n)
     out = tmp_path / "rawlog"
     cfg_file = write_endpoint_config(tmp_path / "endpoint.json",
-                                     retry={"max_attempts": 6, "base_delay": 0.05,
+                                     retry={"max_attempts": max_attempts, "base_delay": 0.05,
                                             "max_delay": 0.5},
                                      timeouts={"idle": 1.0, "read": 20.0, "connect": 5.0})
+    order = AttemptOrder(engine_module.send)
+    monkeypatch.setattr(engine_module, "send", order)
     with serve_in_thread(config, tok) as emu:
         cfg = EndpointConfig.load({**json.loads(cfg_file.read_text()),
                                    "base_url": emu.openrouter_url,
@@ -305,8 +357,11 @@ def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_
 
         summary = asyncio.run(first_run())
         assert sum(emu.stats()["faults"].values()) > 0.2 * n
-        assert summary.mean_in_flight_input >= 0.9 * window, (
-            f"mean in flight {summary.mean_in_flight_input:.1f} of {window}")
+        assert summary.peak_in_flight == window
+        checked, held = order.backoffs_holding_a_slot(1.0, max_attempts)
+        assert checked >= 0.1 * n, f"only {checked} waits of 1 s while input was left"
+        assert held == [], f"{len(held)} of {checked} waits held their worker's slot: {held[:5]}"
+        monkeypatch.undo()
         if summary.failed:
             result = CliRunner().invoke(app, infer_args(
                 src, out, emu.openrouter_url, "--config", str(cfg_file), "--concurrency",
@@ -314,3 +369,4 @@ def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_
             assert result.exit_code == 0, result.output
     answered = {r["sample_id"] for r in final_records(out) if r["status"] in ("ok", "truncated")}
     assert len(answered) == n
+

@@ -20,9 +20,12 @@ from specregen.client.engine import (
 )
 from specregen.store.rawlog import RawLog
 from tests.unit.test_client_support import (
+    GATED_TIMEOUTS,
     SECRET_KEY,
     FakeServer,
+    GatedServer,
     completion,
+    gated_run,
     json_response,
     make_cfg,
     make_prompts,
@@ -64,24 +67,37 @@ def test_all_samples_done_and_logged(tmp_path):
 
 
 def test_window_stays_full_until_the_input_runs_dry(tmp_path):
+    """A request starts as soon as one ends, with no batch and no barrier. The server holds
+    every request until the test answers it; the test answers one at a time, never the oldest
+    (a design that waits for a whole batch, or for its slowest or first request, sends nothing
+    then), and each answer must bring exactly one new request, so `window` are in flight again
+    before the next answer, until the input runs dry. Order and state only: how long anything
+    takes (a loaded machine) does not matter; the waits only guard against a hang."""
+    window, n = 8, 48
+    server = GatedServer()
     rng = random.Random(7)
+    cfg = make_cfg(concurrency=window, timeouts=GATED_TIMEOUTS)
+    log = RawLog(tmp_path)
 
-    async def respond(request, body):
-        # Uneven latencies: a batch-and-barrier design would idle waiting for the slowest.
-        # Long next to the engine's own work per request, so a loaded machine's slow event
-        # loop does not empty slots the engine would otherwise keep full.
-        await asyncio.sleep(rng.uniform(0.05, 0.2))
-        return json_response(completion())
+    async def steps():
+        await server.until(lambda: server.in_flight == window, f"{window} requests in flight")
+        while len(server.bodies) < n:
+            arrived = len(server.bodies)
+            server.release(rng.randrange(1, len(server.held)))  # any but the oldest
+            await server.arrival(arrived, f"a new request after answer {arrived - window + 1}")
+            assert len(server.bodies) == arrived + 1 and server.in_flight == window, (
+                server.state())
+        # The input ran dry: the server opens, the tail drains.
 
-    server = FakeServer(respond)
-    window = 40
-    summary = run(make_prompts(400), make_cfg(concurrency=window), RawLog(tmp_path), server)
-    assert summary.ok == 400
-    start, last_start = server.starts[0], server.starts[-1]
-    mean = server.mean_in_flight(start, last_start)
-    assert mean / window >= 0.95, f"mean in flight {mean:.1f} of {window}"
-    assert summary.peak_in_flight == window
-    assert summary.mean_in_flight > 0.8 * window  # the tail drains, hence lower
+    async def main():
+        async with log:
+            return await gated_run(server, run_inference(
+                make_prompts(n), cfg, log, api_key=SECRET_KEY, transport=server.transport),
+                steps)
+
+    summary = asyncio.run(main())
+    assert summary.ok == n and summary.requests_sent == n
+    assert summary.peak_in_flight == window == server.peak
 
 
 def test_clients_are_sharded_by_connections_per_shard(tmp_path, monkeypatch):
@@ -256,15 +272,27 @@ def test_budget_projection_before_any_answer_uses_max_tokens_and_price(tmp_path)
     assert max(count for _, count in server.timeline) == 3
 
 
-def test_requests_per_minute_limit(tmp_path):
+def test_requests_per_minute_limit(tmp_path, monkeypatch):
+    # 600/min = one every 0.1 s: the k-th request (from 0) reaches the server no sooner than
+    # k intervals after the limiter was first asked. A late wake-up only delays, so this holds
+    # on any machine; the gap between two arrivals does not (a late one followed by an on-time
+    # one arrive closer than 0.1 s, and the provider still saw no more than its rate).
+    asked: list[float] = []
+
+    class Recording(RateLimiter):
+        async def acquire(self):
+            asked.append(time.monotonic())
+            await super().acquire()
+
+    monkeypatch.setattr(engine_module, "RateLimiter", Recording)
     server = FakeServer(ok_handler())
     summary = run(
         make_prompts(6), make_cfg(concurrency=6, requests_per_minute=600), RawLog(tmp_path), server
     )
-    assert summary.ok == 6
-    gaps = [b - a for a, b in zip(server.starts, server.starts[1:], strict=False)]
-    assert min(gaps) >= 0.09  # 600/min = one every 0.1 s
-    assert server.starts[-1] - server.starts[0] >= 0.45
+    assert summary.ok == 6 and len(asked) == 6
+    early = [(k, round(t - asked[0], 4)) for k, t in enumerate(server.starts)
+             if t - asked[0] < k * 0.1 - 1e-3]
+    assert early == [], f"(request, seconds after the first was asked) over 600/min: {early}"
 
 
 def test_rate_limiter_with_a_fake_clock():

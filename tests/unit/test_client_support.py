@@ -1,21 +1,28 @@
 """Helpers for the client tests (fake servers, bodies, configs), plus checks of the helpers.
 
-Two kinds of fake server: `FakeServer` behind `httpx.MockTransport` (no sockets, instrumented:
-in-flight count over time, request times and bodies), and `ThreadedApp`, a starlette app under
-uvicorn in a thread on 127.0.0.1 port 0, for behaviour that needs a real socket.
+Three kinds of fake server: `FakeServer` behind `httpx.MockTransport` (no sockets, instrumented:
+in-flight count over time, request times and bodies); `GatedServer`, a FakeServer that holds
+every request until the test answers it, for checks of the window by order and state rather
+than by time (a loaded machine changes how long things take, never what happens in which
+order); and `ThreadedApp`, a starlette app under uvicorn in a thread on 127.0.0.1 port 0, for
+behaviour that needs a real socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
+import pytest
 import uvicorn
 
 from specregen.client.config import EndpointConfig
@@ -181,25 +188,128 @@ class FakeServer:
         self.in_flight += delta
         self.timeline.append((time.monotonic(), self.in_flight))
 
-    def mean_in_flight(self, start: float, end: float) -> float:
-        """Time-weighted in-flight count over [start, end]."""
-        area, level, mark = 0.0, 0, start
-        for t, count in self.timeline:
-            if t > end:
-                break
-            if t > mark:
-                area += level * (t - mark)
-                mark = t
-            level = count
-        area += level * max(0.0, end - mark)
-        return area / (end - start)
-
     def sample_ids(self) -> list[str]:
         return [b["messages"][0]["content"] for b in self.bodies]
 
 
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None):
     return httpx.Response(status, json=body, headers=headers)
+
+
+# A wait of a gated test guards against a hang only: never a speed criterion. Long enough for
+# any machine, however loaded; a test reaching it has found a defect (or a hang).
+HANG_S = 60.0
+# Gated tests hold requests as long as they need: the engine's own timeouts must not fire.
+GATED_TIMEOUTS = {"connect": 600, "idle": 600, "read": 600}
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Held:
+    """A request the gated server holds: its body, and the answer the test gives it."""
+
+    body: dict[str, Any]
+    answer: asyncio.Future[httpx.Response]
+
+
+class GatedServer(FakeServer):
+    """A FakeServer that holds every request until the test answers it (`release`), or until
+    `open()`: the test decides when each answer comes, so it checks what happens and in which
+    order (which request arrives next, how many are held) and never how fast.
+
+    `answer(body)` is the default response (a completion). `until(condition, what)` waits for
+    a state of the server; its timeout (HANG_S) only turns a hang into a failure. `peak` is the
+    most requests ever held at once.
+    """
+
+    def __init__(self, answer: Callable[[dict[str, Any]], httpx.Response] | None = None) -> None:
+        super().__init__(self._hold)
+        self.answer = answer or (lambda body: json_response(completion()))
+        self.held: list[Held] = []  # in arrival order
+        self.peak = 0
+        self.gated = True
+        self._changed: asyncio.Event | None = None
+
+    async def _hold(self, request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        self.peak = max(self.peak, self.in_flight)
+        if not self.gated:
+            return self.answer(body)
+        held = Held(body, asyncio.get_running_loop().create_future())
+        self.held.append(held)
+        self._notify()
+        try:
+            return await held.answer
+        finally:
+            if held in self.held:  # cancelled by the client
+                self.held.remove(held)
+
+    def _change(self, delta: int) -> None:
+        super()._change(delta)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def release(self, which: Held | int = 0, response: httpx.Response | None = None) -> Held:
+        """Answer one held request (by index in arrival order, or itself); returns it."""
+        held = self.held[which] if isinstance(which, int) else which
+        self.held.remove(held)
+        held.answer.set_result(response if response is not None else self.answer(held.body))
+        return held
+
+    def open(self) -> None:
+        """Answer every held request and, from now on, every request at once."""
+        self.gated = False
+        while self.held:
+            self.release()
+
+    def state(self) -> str:
+        return f"{len(self.bodies)} requests received, {self.in_flight} in flight"
+
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Wait until `condition()` holds (checked at every arrival and answer)."""
+
+        async def wait() -> None:
+            while not condition():
+                if self._changed is None:
+                    self._changed = asyncio.Event()
+                await self._changed.wait()
+
+        try:
+            await asyncio.wait_for(wait(), HANG_S)
+        except TimeoutError:
+            raise AssertionError(
+                f"{what}: not reached in {HANG_S:.0f} s ({self.state()})") from None
+
+    async def arrival(self, after: int, what: str) -> dict[str, Any]:
+        """The body of request number `after` (from 0), once it has arrived."""
+        await self.until(lambda: len(self.bodies) > after, what)
+        return self.bodies[after]
+
+
+async def gated_run(server: GatedServer, run: Awaitable[T],
+                    steps: Callable[[], Awaitable[None]]) -> T:
+    """Run `run` (the engine against `server`) and the test's `steps` side by side; after the
+    steps the server opens and the run must end. A failed step stops the run and is raised."""
+    engine = asyncio.ensure_future(run)
+    test = asyncio.ensure_future(steps())
+    try:
+        await asyncio.wait({engine, test}, return_when=asyncio.FIRST_COMPLETED)
+        if not test.done():
+            engine.result()  # the engine's own error, if any
+            raise AssertionError(f"the run ended before the test's steps ({server.state()})")
+        test.result()
+        server.open()
+        return await asyncio.wait_for(asyncio.shield(engine), HANG_S)
+    finally:
+        for task in (test, engine):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
 
 def ok_handler(delay: float = 0.0, body: dict[str, Any] | None = None) -> Handler:
@@ -259,6 +369,35 @@ def test_fake_server_counts_in_flight():
             )
 
     asyncio.run(main())
-    assert max(count for _, count in server.timeline) == 4
-    start, end = server.timeline[0][0], server.timeline[-1][0]
-    assert server.mean_in_flight(start, end) > 3.5
+    counts = [count for _, count in server.timeline]
+    assert counts[-1] == 0 and sorted(b["i"] for b in server.bodies) == [0, 1, 2, 3]
+    assert max(counts) <= 4 and len(counts) == 8  # one change per arrival, one per answer
+
+
+def test_gated_server_holds_every_request_until_the_test_answers_it(monkeypatch):
+    server = GatedServer()
+    answers: list[tuple[int, int]] = []
+
+    async def client() -> None:
+        async with httpx.AsyncClient(transport=server.transport) as http:
+            async def post(i: int) -> None:
+                response = await http.post("http://x/v1/chat/completions", json={"i": i})
+                answers.append((i, response.status_code))
+
+            await asyncio.gather(*(post(i) for i in range(4)))
+            await post(4)  # after the steps the server is open: answered at once
+
+    async def steps() -> None:
+        await server.until(lambda: server.in_flight == 4, "4 held")
+        assert answers == [] and [h.body["i"] for h in server.held] == [0, 1, 2, 3]
+        server.release(2, json_response({"error": {"code": 429}}, 429))
+        await server.until(lambda: server.in_flight == 3, "one answered")
+        assert answers == [(2, 429)] and [h.body["i"] for h in server.held] == [0, 1, 3]
+        monkeypatch.setattr(sys.modules[__name__], "HANG_S", 0.01)
+        with pytest.raises(AssertionError, match=r"never: not reached .*4 requests received"):
+            await server.until(lambda: False, "never")
+        monkeypatch.undo()
+
+    asyncio.run(gated_run(server, client(), steps))
+    assert sorted(answers) == [(0, 200), (1, 200), (2, 429), (3, 200), (4, 200)]
+    assert server.peak == 4 and server.held == []

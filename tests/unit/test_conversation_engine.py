@@ -18,9 +18,12 @@ from specregen.conversation import STOP_REASONS
 from specregen.records import Prompt
 from specregen.store.rawlog import RawLog
 from tests.unit.test_client_support import (
+    GATED_TIMEOUTS,
     SECRET_KEY,
     FakeServer,
+    GatedServer,
     completion,
+    gated_run,
     json_response,
     make_cfg,
 )
@@ -209,25 +212,42 @@ def test_the_next_request_waits_until_the_previous_answer_is_durable(tmp_path):
 
 
 def test_the_window_stays_full_across_conversations(tmp_path):
+    """While the input still holds conversations, the window is full: a conversation waiting
+    for its answer to be durable never holds a slot, and no turn waits for other
+    conversations' turns. The server holds every request until the test answers it; the test
+    answers one at a time (never the oldest) and each answer must bring exactly one new
+    request -- the same conversation's next one or a new conversation's first -- so `window`
+    are in flight again, until the last conversation has started (a per-turn barrier over the
+    window sends nothing until all its turns are answered). Order and state, not time."""
+    window, n = 6, 30
+    server = GatedServer(lambda body: json_response(model_answer(body)))
     rng = random.Random(3)
-    # Latencies long next to the engine's own work per request, so a loaded machine (a slow
-    # event loop) does not empty slots the engine would otherwise keep full.
-    server = model_server(latency=lambda: rng.uniform(0.05, 0.15))
-    window = 16
     prompts = [conversation(f"c{i}", f"call {i} {i + 1}" if i % 2 else "hello")
-               for i in range(150)]
-    summary = run(prompts, RawLog(tmp_path), server, make_cfg(concurrency=window))
-    assert summary.conversation_stops == {"end": 150}
-    assert summary.requests_sent == 75 * 3 + 75 * 2
-    # While the input still holds conversations, the window is full: a conversation waiting
-    # for its answer to be durable never holds a slot, and no turn waits for other
-    # conversations' turns. (Measured at the server, from the first request to the last
-    # conversation's first request; a per-turn barrier over the window drains it every turn.)
-    firsts = [t for t, body in zip(server.starts, server.bodies, strict=True)
-              if len(body["messages"]) == 2]
-    mean = server.mean_in_flight(server.starts[0], firsts[-1])
-    assert mean / window >= 0.9, f"mean in flight {mean:.1f} of {window}"
-    assert summary.peak_in_flight == window
+               for i in range(n)]
+
+    def started():  # first requests: the system prompt and the first user turn
+        return sum(len(body["messages"]) == 2 for body in server.bodies)
+
+    async def steps():
+        await server.until(lambda: server.in_flight == window, f"{window} requests in flight")
+        while started() < n:
+            arrived = len(server.bodies)
+            server.release(rng.randrange(1, len(server.held)))  # any but the oldest
+            await server.arrival(arrived, f"a new request after request {arrived}")
+            assert len(server.bodies) == arrived + 1 and server.in_flight == window, (
+                server.state())
+
+    async def main():
+        log = RawLog(tmp_path)
+        async with log:
+            return await gated_run(server, run_inference(
+                prompts, make_cfg(concurrency=window, timeouts=GATED_TIMEOUTS), log,
+                api_key=SECRET_KEY, transport=server.transport), steps)
+
+    summary = asyncio.run(main())
+    assert summary.conversation_stops == {"end": n}
+    assert summary.requests_sent == n // 2 * 3 + n // 2 * 2
+    assert summary.peak_in_flight == window == server.peak
 
 
 def test_a_stopped_run_resumes_every_conversation_and_pays_nothing_twice(tmp_path):

@@ -11,6 +11,7 @@ import asyncio
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -31,9 +32,12 @@ from specregen.errors import EXIT_BUSY, EXIT_PARTIAL, EXIT_STORAGE, EXIT_USAGE
 from specregen.records import Prompt
 from specregen.store.rawlog import AttemptRecord, RawLog
 from tests.unit.test_client_support import (
+    GATED_TIMEOUTS,
     FakeServer,
+    GatedServer,
     ThreadedApp,
     completion,
+    gated_run,
     json_response,
     make_cfg,
     make_prompts,
@@ -525,39 +529,55 @@ def test_internal_errors_are_one_line_and_debug_shows_the_traceback(server, coun
 
 
 def test_requests_waiting_out_a_backoff_do_not_hold_window_slots(tmp_path):
-    """A third of first attempts get a 429 and wait 1 s; meanwhile their slots send other
-    prompts, so the window stays full while input is left (holding the slot would leave it
-    mostly empty). Latencies are long next to the engine's own work per request, so a loaded
-    machine's slow event loop does not empty slots the engine would keep full."""
-    seen: set[str] = set()
-
-    async def respond(request, body):
-        text = body["messages"][0]["content"]
-        first = text not in seen
-        seen.add(text)
-        await asyncio.sleep(0.08)
-        if first and int(text[1:]) % 3 == 0:
-            return json_response({"error": {"code": 429, "message": "slow down"}}, 429)
-        return json_response(completion())
-
-    server = FakeServer(respond)
-    window = 16
-    cfg = make_cfg(concurrency=window,
-                   retry={"max_attempts": 3, "base_delay": 1.0, "max_delay": 1.0,
-                          "jitter": False})
+    """A sample answered 429 waits out its backoff (600 s here) in a queue, not in its slot:
+    the slot sends another prompt at once, so `window` requests are in flight while samples
+    wait (a slot held during the backoff would leave window - waiting). The server holds every
+    request until the test answers it: order and state, not time (the waits only guard against
+    a hang). The run is then stopped; the waiting samples are abandoned, their 429s logged."""
+    window, n, waiting = 8, 100, 3
+    server = GatedServer()
+    rng = random.Random(5)
+    stop: list[str] = []
+    cfg = make_cfg(concurrency=window, timeouts=GATED_TIMEOUTS,
+                   retry={"max_attempts": 3, "base_delay": 600.0, "max_delay": 600.0,
+                          "jitter": False})  # longer than any wait of the test (HANG_S)
     log = RawLog(tmp_path)
+
+    def sent(text):
+        return sum(b["messages"][0]["content"] == text for b in server.bodies)
+
+    async def answer_one(response=None):
+        arrived = len(server.bodies)
+        held = server.release(rng.randrange(1, len(server.held)), response)  # not the oldest
+        body = await server.arrival(arrived, f"a new request after request {arrived}")
+        new = body["messages"][0]["content"]
+        assert len(server.bodies) == arrived + 1 and server.in_flight == window, server.state()
+        return held.body["messages"][0]["content"], new
+
+    async def steps():
+        await server.until(lambda: server.in_flight == window, f"{window} requests in flight")
+        backoff: list[str] = []
+        for _ in range(waiting):
+            text, new = await answer_one(
+                json_response({"error": {"code": 429, "message": "slow down"}}, 429))
+            backoff.append(text)
+            # The slot went to another prompt (its first request), not to the retry.
+            assert new not in backoff and sent(new) == 1, (new, backoff)
+        # Answers go on while the samples wait: each slot is refilled, the window stays full,
+        # and no retry is sent (its backoff is not over).
+        for _ in range(2 * window):
+            _, new = await answer_one()
+            assert sent(new) == 1 and all(sent(text) == 1 for text in backoff), new
+        stop.append("test done")
 
     async def main():
         async with log:
-            return await run_inference(make_prompts(300), cfg, log, api_key=None,
-                                       transport=server.transport)
+            return await gated_run(server, run_inference(
+                make_prompts(n), cfg, log, api_key=None, transport=server.transport,
+                should_stop=lambda: stop[0] if stop else None), steps)
 
     summary = asyncio.run(main())
-    assert summary.ok == 300 and summary.retries > 50
-    first_start: dict[str, float] = {}
-    for body, started in zip(server.bodies, server.starts, strict=True):
-        first_start.setdefault(body["messages"][0]["content"], started)
-    start, last_new = server.starts[0], max(first_start.values())
-    mean = server.mean_in_flight(start, last_new)
-    assert mean >= 0.9 * window, f"mean in flight {mean:.1f} of {window} while input was left"
-    assert summary.mean_in_flight_input >= 0.9 * window
+    assert summary.stopped_reason == "test done"
+    assert summary.retries == waiting and summary.peak_in_flight == window == server.peak
+    rate_limited = [r for r in log.iter_records() if r["error_class"] == "rate_limited"]
+    assert len(rate_limited) == waiting and not any(r["final"] for r in rate_limited)

@@ -1,13 +1,21 @@
 """The shared request limiter over the in-process store: rate and window held together by two
-limiters (two "workers"), batched store calls, an unreachable store, and a holder that died."""
+limiters (two "workers"), batched store calls, an unreachable store, and a holder that died.
+
+Schedules (how soon a slot comes back, how fully the rate is used) are checked on a virtual
+clock (`VirtualClockLoop`): the loop's time moves only while nothing is ready to run, so the
+times are those of the limiter's own schedule, however slow or loaded the machine.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import selectors
 import time
+import types
 
 import pytest
 
+from specregen.client import limits as limits_module
 from specregen.client.limits import LimitStoreError, MemorySlots, SharedLimiter
 
 PERIOD = 1.0  # a "minute" of one second keeps the test short
@@ -19,10 +27,66 @@ def limiter(store, per_period, window, batch=5, **options):
                          **options)
 
 
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self, clock: list[float]) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def select(self, timeout=None):
+        if timeout is None:  # no timer at all: only I/O (none here) could wake the loop
+            return super().select(timeout)
+        events = super().select(0)
+        if not events and timeout > 0:
+            self.clock[0] += timeout  # nothing to run until the next timer: jump to it
+        return events
+
+
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual clock: instead of sleeping until its next timer it jumps to
+    it, so a coroutine's times are exactly its schedule (the time it computes takes none).
+    For code without I/O and threads; `run_virtual` also puts the in-process slot store on
+    this clock."""
+
+    def __init__(self) -> None:
+        self.clock = [1000.0]
+        super().__init__(_JumpingSelector(self.clock))
+
+    def time(self) -> float:
+        return self.clock[0]
+
+
+def run_virtual(main, monkeypatch):
+    """Run `main()` on a VirtualClockLoop; MemorySlots' leases expire on the same clock."""
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        loop = runner.get_loop()
+        monkeypatch.setattr(limits_module, "time", types.SimpleNamespace(monotonic=loop.time))
+        return runner.run(main())
+
+
+def test_the_virtual_clock_jumps_to_the_next_timer_and_runs_in_order(monkeypatch):
+    order = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        async def after(delay, name):
+            await asyncio.sleep(delay)
+            order.append((name, loop.time() - start))
+
+        real = time.monotonic()
+        await asyncio.gather(after(30.0, "b"), after(10.0, "a"), after(3600.0, "c"))
+        return time.monotonic() - real
+
+    real = run_virtual(main, monkeypatch)
+    assert order == [("a", 10.0), ("b", 30.0), ("c", 3600.0)]
+    assert real < 30.0  # an hour of the schedule, not of the machine
+
+
 async def requests(lim: SharedLimiter, n: int, latency: float, sent: list, flight: list):
     async def one():
         await lim.acquire()
-        sent.append(time.monotonic())
+        sent.append(asyncio.get_running_loop().time())
         flight[0] += 1
         flight[1] = max(flight[1], flight[0])
         try:
@@ -44,21 +108,24 @@ def max_in_any_period(times: list[float]) -> int:
     return best
 
 
-def test_two_limiters_share_one_rate_and_one_window_and_use_all_of_the_rate():
+def test_two_limiters_share_one_rate_and_one_window_and_use_all_of_the_rate(monkeypatch):
     async def main():
+        loop = asyncio.get_running_loop()
         store = MemorySlots({"rate": 40, "window": 6})
-        a, b = limiter(store, 40, 6), limiter(store, 40, 6)
+        a = limiter(store, 40, 6, clock=loop.time)
+        b = limiter(store, 40, 6, clock=loop.time)
         sent: list[float] = []
         flight = [0, 0]
-        start = time.monotonic()
+        start = loop.time()
         await asyncio.gather(requests(a, 100, 0.01, sent, flight),
                              requests(b, 100, 0.01, sent, flight))
-        wall = time.monotonic() - start
+        wall = loop.time() - start
         for lim in (a, b):
             await lim.aclose()
         return sent, flight, wall, a.store_calls, b.store_calls, store
 
-    sent, flight, wall, calls_a, calls_b, store = asyncio.run(main())
+    # On the virtual clock: the times are the limiters' schedule, not the machine's speed.
+    sent, flight, wall, calls_a, calls_b, store = run_virtual(main, monkeypatch)
     assert len(sent) == 200
     # Never more than the rate in any period, never more than the window in flight.
     assert max_in_any_period(sent) <= 40
@@ -97,23 +164,28 @@ def test_unreachable_store_is_retried_then_named():
         asyncio.run(main(5.0, 0.3))
 
 
-def test_slots_of_a_holder_that_died_come_back_when_its_leases_expire():
+def test_slots_of_a_holder_that_died_come_back_when_its_leases_expire(monkeypatch):
     async def main():
+        loop = asyncio.get_running_loop()
         store = MemorySlots({"rate": 100, "window": 4})
-        dead = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1)
+        dead = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1,
+                       clock=loop.time)
         for _ in range(4):  # all the window, then "killed": never released, never closed
             await dead.acquire()
         dead._closed = True
         dead._keeper.cancel()
-        alive = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1)
-        start = time.monotonic()
+        alive = limiter(store, 100, 4, batch=4, lease_s=0.5, window_lease_s=0.5, renew_s=0.1,
+                        clock=loop.time)
+        start = loop.time()
         await asyncio.wait_for(alive.acquire(), 5)
-        waited = time.monotonic() - start
+        waited = loop.time() - start
         alive.release()
         await alive.aclose()
         return waited
 
-    assert 0.3 < asyncio.run(main()) < 2.0
+    # Virtual clock: the leases (0.5 s) expire, then the next poll (0.02 s) takes the slots.
+    waited = run_virtual(main, monkeypatch)
+    assert 0.5 <= waited < 0.5 + 0.1, waited
 
 
 def test_the_engine_asks_the_limiter_before_every_request_and_releases_after(tmp_path):
