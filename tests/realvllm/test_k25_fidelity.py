@@ -57,5 +57,10 @@ def test_inserted_spaces_are_never_taken_for_model_text(results):
             m = r.measures[name]
             assert m.outcome != "wrong_ok"
             if m.outcome == "ok":
-                # Proven only with the spaces taken out (the probe found them).
-                assert "spaces_removed" in m.sample.flags, (r.case.sample_id, m.sample.flags)
+                # Never proven with the spaces read as the model's text.
+                assert "spaces_kept" not in m.sample.flags, (r.case.sample_id, m.sample.flags)
+        # The probe found the spaces: with its traits they are taken out and the answers of
+        # the template's shape come back exact.
+        if r.case.template_shaped:
+            assert r.measures["probed"].outcome == "ok", (r.case.sample_id,
+                                                          r.measures["probed"].sample.flags)
