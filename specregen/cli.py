@@ -60,6 +60,11 @@ def reconstruct(
         typer.Option(help="The prompts JSONL given to `specregen infer`: a raw log of whole "
                           "conversations (--turns all) needs it to walk their turns"),
     ] = None,
+    provider_profile: Annotated[
+        Path | None,
+        typer.Option(help="`specregen probe` result for the endpoint: what its parsers and "
+                          "detokenizer do to answers (without it, each is unknown)"),
+    ] = None,
 ) -> None:
     """Rebuild token ids from requests and responses; one parquet row per input record, and
     per user turn reached of a whole conversation (with --prompts)."""
@@ -67,12 +72,13 @@ def reconstruct(
 
     with user_errors():
         _reconstruct(input_path, tokenizer, out, thinking, tools_format, hf_chat_template,
-                     chat_format, prompts)
+                     chat_format, prompts, provider_profile)
 
 
 def _reconstruct(
     input_path: str, tokenizer: str, out: Path, thinking: bool, tools_format: str,
     hf_chat_template: bool, chat_format: str | None = None, prompts: Path | None = None,
+    provider_profile: Path | None = None,
 ) -> None:
     from specregen.errors import storage_error
     from specregen.models.registry import get_format
@@ -107,6 +113,11 @@ def _reconstruct(
     except TypeError as exc:
         raise typer.BadParameter(f"the {name} format does not take this option ({exc})",
                                  param_hint="--tools-format/--hf-chat-template") from None
+    traits = None
+    if provider_profile is not None:
+        from specregen.probe.model import load_profile
+
+        traits = load_profile(provider_profile).traits()
     summary = ReconstructSummary()
     tmp = out.with_name(out.name + ".tmp")
     try:
@@ -123,13 +134,14 @@ def _reconstruct(
             def tracked():
                 import itertools
 
-                samples = reconstruct_records(records, fmt, default_thinking=thinking)
+                samples = reconstruct_records(records, fmt, default_thinking=thinking,
+                                              traits=traits)
                 if conversations is not None:
                     from specregen.conversation.samples import iter_conversation_samples
 
                     plans, finals = conversations
                     samples = itertools.chain(samples, iter_conversation_samples(
-                        plans, finals, fmt, default_thinking=thinking))
+                        plans, finals, fmt, default_thinking=thinking, traits=traits))
                 for sample in samples:
                     summary.add(sample)
                     failed = sample.status == "error"

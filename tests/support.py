@@ -35,3 +35,25 @@ def get_tokenizer(which: str) -> Tokenizer:
                 pytest.skip("KIMI_TOKENIZER_DIR is not set to a folder with tiktoken.model")
             _CACHE[which] = load_tokenizer(folder)
     return _CACHE[which]
+
+
+def strip_server_ids(raw: Path, dest: Path, *, keep_logprobs: bool = False) -> Path:
+    """A copy of raw log folder `raw` in `dest` without the server's ids (the reference
+    completion and prompt ids, in the record and in the body) and, unless `keep_logprobs`,
+    its logprobs: the raw log of a provider that returns none."""
+    import json
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in raw.glob("part-*.jsonl"):
+        records = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+        for record in records:
+            record.pop("reference_completion_ids", None)
+            record.pop("prompt_token_ids", None)
+            response = record.get("response") or {}
+            response.pop("prompt_token_ids", None)
+            for choice in response.get("choices") or ():
+                choice.pop("token_ids", None)
+                if not keep_logprobs:
+                    choice.pop("logprobs", None)
+        (dest / part.name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return dest

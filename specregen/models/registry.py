@@ -76,29 +76,28 @@ def get_server(name: str, tokenizer: Tokenizer) -> Any | None:
     """The format's served side for the emulator (prompt as the server renders it, the model's
     ids, the server's parsers): `make_server` of the package's `served` module (imported only
     here, so loading a format never loads its emulation), or None when the format has none."""
-    package = _entry(name).package
-    try:
-        module = importlib.import_module(package + ".served")
-    except ModuleNotFoundError as exc:
-        if exc.name != package + ".served":
-            raise
-        return None
+    module = _optional_module(name, "served")
     make = getattr(module, "make_server", None)
     return None if make is None else make(tokenizer)
+
+
+def _optional_module(name: str, module: str) -> Any | None:
+    """The family's `module` (imported only when asked for), or None when it has none."""
+    full = f"{_entry(name).package}.{module}"
+    try:
+        return importlib.import_module(full)
+    except ModuleNotFoundError as exc:
+        if exc.name != full:
+            raise
+        return None
 
 
 def real_vllm_spec(name: str, tokenizer_dir: Path | None = None) -> RealVllmSpec | None:
     """How format `name` is served by a real vLLM with the scripted model (its package's
     `realvllm.real_vllm_spec`, imported only here), or None when the family has no such
     folder. `tokenizer_dir`: the family's real tokenizer, where it needs one."""
-    package = _entry(name).package
-    try:
-        module = importlib.import_module(package + ".realvllm")
-    except ModuleNotFoundError as exc:
-        if exc.name != package + ".realvllm":
-            raise
-        return None
-    return module.real_vllm_spec(tokenizer_dir)
+    module = _optional_module(name, "realvllm")
+    return None if module is None else module.real_vllm_spec(tokenizer_dir)
 
 
 def format_source_files(name: str) -> tuple[Path, ...]:

@@ -25,6 +25,7 @@ from specregen.emulator.server import serve_in_thread
 from specregen.models.tokenizer import load_tokenizer
 from specregen.store.rawlog import RawLog
 from specregen.store.token_samples import read_token_samples
+from tests.support import strip_server_ids
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +69,20 @@ def run(tmp_path: Path, config: EmulatorConfig, tokenizer: str, *infer_args: str
     config = EmulatorConfig(**{**config.__dict__, "conversations": str(prompts)})
     raw = tmp_path / "raw"
     model = "qwen/qwen3-8b" if tokenizer == "mini-qwen3" else "moonshotai/kimi-k2.5"
+    profile = tmp_path / "profile.json"
+    dialect = {"openrouter": "openrouter", "vllm-hermes": "vllm"}.get(config.profile,
+                                                                       config.profile[:6])
     with serve_in_thread(config, load_tokenizer(tokenizer)) as emu:
         url = emu.openrouter_url if config.profile == "openrouter" else emu.url
+        # What a pipeline run has: the endpoint probe's findings (the provider's parsers and
+        # detokenizer), for reconstruction below.
+        endpoint = tmp_path / "endpoint.json"
+        endpoint.write_text(json.dumps({"stream": "--no-stream" not in infer_args}))
+        probed = CliRunner().invoke(app, [
+            "probe", "--out", str(profile), "--base-url", url, "--model", model,
+            "--dialect", dialect, "--tokenizer", tokenizer, "--requests", "2",
+            "--config", str(endpoint)])
+        assert probed.exit_code == 0, probed.output
         result = CliRunner().invoke(app, [
             "infer", str(prompts), "--out", str(raw), "--base-url", url, "--model", model,
             "--turns", "all", "--return-token-ids", "--concurrency", "4", "--tokenizer",
@@ -78,17 +91,11 @@ def run(tmp_path: Path, config: EmulatorConfig, tokenizer: str, *infer_args: str
     truth = {r["sample_id"]: r for r in RawLog(str(raw)).iter_records() if r.get("final")}
     source = raw
     if blind:
-        source = tmp_path / "blind"
-        source.mkdir()
-        for part in raw.glob("part-*.jsonl"):
-            lines = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
-            for record in lines:
-                record.pop("reference_completion_ids", None)
-                record.pop("prompt_token_ids", None)
-            (source / part.name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+        source = strip_server_ids(raw, tmp_path / "blind")
     tokens = tmp_path / "tokens.parquet"
     result = CliRunner().invoke(app, ["reconstruct", str(source), "--tokenizer", tokenizer,
-                                      "--out", str(tokens), "--prompts", str(prompts)])
+                                      "--out", str(tokens), "--prompts", str(prompts),
+                                      "--provider-profile", str(profile)])
     assert result.exit_code == 0, result.output
     return list(read_token_samples(tokens)), truth, tokens
 

@@ -13,6 +13,7 @@ from specregen.realserver.proxy import ScriptingProxy
 from specregen.store.rawlog import RawLog
 from specregen.store.token_samples import read_token_samples
 from tests.integration.test_conversation_samples import conversations
+from tests.support import strip_server_ids
 
 
 def single_turns(n: int) -> list[dict]:
@@ -54,19 +55,7 @@ def infer_and_reconstruct(family, tmp_path: Path, prompts: list[dict], *args: st
     truth = {r["sample_id"]: r for r in RawLog(str(raw)).iter_records() if r.get("final")}
     source = raw
     if blind:
-        source = tmp_path / "blind"
-        source.mkdir()
-        for part in raw.glob("part-*.jsonl"):
-            lines = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
-            for record in lines:
-                record.pop("reference_completion_ids", None)
-                record.pop("prompt_token_ids", None)
-                for choice in (record.get("response") or {}).get("choices") or ():
-                    choice.pop("token_ids", None)
-                    if not keep_logprobs:
-                        choice.pop("logprobs", None)
-                (record.get("response") or {}).pop("prompt_token_ids", None)
-            (source / part.name).write_text("".join(json.dumps(r) + "\n" for r in lines))
+        source = strip_server_ids(raw, tmp_path / "blind", keep_logprobs=keep_logprobs)
     tokens = tmp_path / "tokens.parquet"
     result = CliRunner().invoke(app, ["reconstruct", str(source), "--tokenizer",
                                       family.tok.source, "--out", str(tokens),
