@@ -23,9 +23,12 @@ from typing import Any
 from specregen.emulator import textgen
 from specregen.models.tokenizer import Tokenizer, TokenizerError, read_tiktoken_ranks
 
-# Request fields that change how an answer is delivered, not what the model writes.
+# Request fields that change how an answer is delivered, not what the model writes (the ids
+# as text, and the evidence beside them, included).
 DELIVERY_FIELDS = frozenset(
-    {"stream", "stream_options", "return_token_ids", "max_tokens", "max_completion_tokens", "usage"}
+    {"stream", "stream_options", "return_token_ids", "max_tokens", "max_completion_tokens",
+     "usage", "spaces_between_special_tokens", "logprobs", "top_logprobs",
+     "return_tokens_as_token_ids"}
 )
 # The subset that `distinct_requests` ignores: a streamed and a plain copy are one request.
 TRANSPORT_FIELDS = frozenset({"stream", "stream_options"})
