@@ -355,6 +355,9 @@ class ServedMessage:
     # Streams: per call, the characters of `content` sent before its first delta (the upstream
     # stream parsers send text between and after calls after them); None: all before.
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
+    # The usage's reasoning share when the profile's server counts it from what it parsed
+    # (vLLM 0.32); None: the completion's own count.
+    reasoning_tokens: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
