@@ -241,12 +241,13 @@ def stream_frames(
         if i >= len(msg.tool_calls):
             break
         call = msg.tool_calls[i]
+        index = i if call.index is None else call.index
         frames.append(sse(chunk({"tool_calls": [{
-            "index": i, "id": call.id, "type": "function",
+            "index": index, "id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }]})))
         for piece in text_pieces(call.arguments, rng):
-            frames.append(sse(chunk({"tool_calls": [{"index": i,
+            frames.append(sse(chunk({"tool_calls": [{"index": index,
                                                      "function": {"arguments": piece}}]})))
     last = chunk({}, msg.finish_reason)
     if wants_token_ids(request):

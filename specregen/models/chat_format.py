@@ -341,6 +341,9 @@ class ServedCall:
     id: str
     name: str
     arguments: str
+    # The `index` a stream gives the call when it is not its position (vLLM 0.32 skips the
+    # index of a call it dropped); None: its position.
+    index: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -454,7 +454,10 @@ def _server_message(server: servers.Server, view: CompletionView, request: dict[
     if stream and content is None:
         # Both servers open a stream with `content: ""` in the role chunk.
         content = ""
-    calls = tuple(ServedCall(c.id, c.name, c.arguments) for c in parsed.calls)
+    # vLLM 0.32's stream keeps the index of each call it parsed, gaps included.
+    gaps = stream and server == "vllm"
+    calls = tuple(ServedCall(c.id, c.name, c.arguments, c.index if gaps else None)
+                  for c in parsed.calls)
     return ServedMessage(parsed.reasoning, content, calls, parsed.finish_reason,
                          parsed.content_at_calls if stream else None, reasoning_tokens)
 
