@@ -4,8 +4,9 @@
                              [--modes plain,stream] [--passes blind,traits,reference]
 
 Each random request (0-3 calls, thinking on/off, histories with earlier calls, literal marker
-text, the emulator's answer shapes) is answered by the four upstream profiles (`vllm`,
-`vllm-k25`, `sglang`, `sglang-noforce`; docs/upstream-parsers.md), plain and streamed, and
+text, the emulator's answer shapes) is answered by the upstream profiles (`vllm`, vLLM 0.32,
+docs/vllm-0.32.md; `vllm-legacy`, `vllm-k25`, `sglang`, `sglang-noforce`,
+docs/upstream-parsers.md), plain and streamed, and
 rebuilt by `specregen.reconstruct.reconstruct`:
 
 * blind: the body without the emulator's ids and without provider traits -- what an OpenRouter

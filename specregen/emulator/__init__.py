@@ -6,8 +6,9 @@ benchmarks. Nothing here knows a model's markers: the model's chat format brings
 (`models/<format>/served.py`, found by `registry.get_server`), which turns what the model says
 into ids and returns them the way each provider's stack does.
 
-* `config.EmulatorConfig`: the profile (K2.5: openrouter | vllm | vllm-k25 | sglang |
-  sglang-noforce | moonshot | raw | stripped; Qwen3: vllm-hermes | openrouter | sglang), seed,
+* `config.EmulatorConfig`: the profile (K2.5: openrouter | vllm (vLLM 0.32) | vllm-legacy |
+  vllm-k25 | sglang | sglang-noforce | moonshot | raw | stripped; Qwen3: vllm-hermes |
+  openrouter | sglang), seed,
   latency, fault rates, model knobs (answer shapes included), prices, key and credits, and the
   conversation mode (`conversations`, `divergence_rate`).
 * `generate`: request digests and seeds, the declared tools, the `WRITER` a served side writes

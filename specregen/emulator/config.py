@@ -11,21 +11,25 @@ from typing import Literal
 
 from specregen.models.registry import DEFAULT_MODEL
 
-Profile = Literal["openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce", "moonshot", "raw",
-                  "stripped", "vllm-hermes"]
+Profile = Literal["openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce",
+                  "moonshot", "raw", "stripped", "vllm-hermes"]
 # The K2.5 profiles (emulator/generate.py + profiles.py).
-PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce",
-                                 "moonshot", "raw", "stripped")
+PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang",
+                                 "sglang-noforce", "moonshot", "raw", "stripped")
 # Every profile: also those of a format with its own served side (emulator/served.py).
 ALL_PROFILES: tuple[Profile, ...] = (*PROFILES, "vllm-hermes")
 # The profiles that run our re-statement of the vLLM / SGLang parser and prompt code
-# (emulator/upstream.py, emulator/serverside.py; docs/upstream-parsers.md).
-UPSTREAM_PROFILES: tuple[Profile, ...] = ("vllm", "vllm-k25", "sglang", "sglang-noforce")
+# (models/kimi_k25/vllm032.py, servers.py, serverside.py; docs/vllm-0.32.md,
+# docs/upstream-parsers.md). `vllm` is vLLM 0.32; `vllm-legacy` and `vllm-k25` are vLLM's Kimi
+# parsers before its parser engine.
+UPSTREAM_PROFILES: tuple[Profile, ...] = ("vllm", "vllm-legacy", "vllm-k25", "sglang",
+                                          "sglang-noforce")
 # Profiles whose output reconstruction can turn back into the exact ids (with the breaking knobs
 # at 0, thinking on, non-streaming); `stripped` deletes the tool markers on purpose, and the
 # upstream profiles lose text on some paths (docs/upstream-parsers.md), e.g. `sglang-noforce`
 # returns K2.5's reasoning unsplit and `vllm-k25` reads instant answers as reasoning.
-RECOVERABLE_PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "sglang", "moonshot", "raw")
+RECOVERABLE_PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-legacy", "sglang",
+                                             "moonshot", "raw")
 
 LatencyKind = Literal["fixed", "lognormal"]
 

@@ -43,9 +43,14 @@ Pass = Literal["blind", "traits", "reference"]
 
 # What each profile's parsers do, as a probe would learn it (the `traits` pass).
 PROFILE_TRAITS: dict[str, ProviderTraits] = {
-    "vllm": ProviderTraits(renumbers_tool_ids=False, deletes_no_content=True,
+    # vLLM 0.32's kimi_k2 on the parser engine: ids as written, no `(no content)` filter, and a
+    # section begin ends the reasoning on both paths (docs/vllm-0.32.md, 2.2).
+    "vllm": ProviderTraits(renumbers_tool_ids=False, deletes_no_content=False,
                            splits_reasoning=True, counts_stop_token=True,
-                           ends_reasoning_at_tools=False),
+                           ends_reasoning_at_tools=True),
+    "vllm-legacy": ProviderTraits(renumbers_tool_ids=False, deletes_no_content=True,
+                                  splits_reasoning=True, counts_stop_token=True,
+                                  ends_reasoning_at_tools=False),
     # kimi_k25 ends the reasoning at a tool marker only on its streaming path.
     "vllm-k25": ProviderTraits(renumbers_tool_ids=False, deletes_no_content=False,
                                splits_reasoning=True, counts_stop_token=True,

@@ -3,13 +3,14 @@
 The K2.5 profiles (the format's served side, `models/<format>/served.py`, turns a completion
 into a `Message` the way each profile's stack does):
 
-* `vllm`, `vllm-k25`, `sglang`, `sglang-noforce`: the completion's decoded text goes through our
-  re-statement of the upstream parsers (the format's `servers.py`; docs/upstream-parsers.md),
-  plain and streamed each on its own path, and the prompt is the server's own rendering (its
-  `serverside.py`). `vllm` is vLLM with the format's reasoning and tool parsers as of the
-  model's release; `vllm-k25` the same with the newer reasoning parser; `sglang` a current
-  SGLang (reasoning forced unless the request turned thinking off); `sglang-noforce` an SGLang
-  whose detector is not forced.
+* `vllm`, `vllm-legacy`, `vllm-k25`, `sglang`, `sglang-noforce`: the completion's decoded
+  text goes through our re-statement of the upstream parsers (the format's `vllm032.py` and
+  `servers.py`; docs/vllm-0.32.md, docs/upstream-parsers.md), plain and streamed each on its
+  own path, and the prompt is the server's own rendering (its `serverside.py`). `vllm` is vLLM
+  0.32 (the `kimi_k2` parsers on vLLM's parser engine); `vllm-legacy` vLLM's kimi_k2 parsers
+  as of the model's release; `vllm-k25` those with the kimi_k25 reasoning parser (gone from
+  0.32); `sglang` a current SGLang (reasoning forced unless the request turned thinking off);
+  `sglang-noforce` an SGLang whose detector is not forced.
 * `openrouter`: `reasoning` + `reasoning_details`; structured calls only when `tools` was sent,
   id and arguments trimmed; an empty content is "". Also `provider`, `native_finish_reason`,
   `usage.cost`, the `X-Generation-Id` header and `: OPENROUTER PROCESSING` comments.
@@ -75,6 +76,7 @@ def _spec(name: Profile, reasoning_field: str, **kwargs: Any) -> ProfileSpec:
 PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "openrouter": _spec("openrouter", "reasoning", empty_content="", openrouter=True),
     "vllm": _spec("vllm", "reasoning", server="vllm"),
+    "vllm-legacy": _spec("vllm-legacy", "reasoning", server="vllm-legacy"),
     "vllm-k25": _spec("vllm-k25", "reasoning", server="vllm-k25"),
     "sglang": _spec("sglang", "reasoning_content", server="sglang"),
     "sglang-noforce": _spec("sglang-noforce", "reasoning_content", server="sglang-noforce"),
@@ -97,8 +99,12 @@ class ResponseMeta:
     price_completion: float
 
 
-def usage(view: CompletionLike, gen: GenerationLike, meta: ResponseMeta, spec: ProfileSpec) -> dict:
+def usage(view: CompletionLike, gen: GenerationLike, meta: ResponseMeta, spec: ProfileSpec,
+          msg: Message | None = None) -> dict:
     prompt = len(gen.prompt_ids)
+    reasoning = view.reasoning_tokens
+    if msg is not None and msg.reasoning_tokens is not None:
+        reasoning = msg.reasoning_tokens
     completion = len(view.ids)
     prompt_cost = prompt * meta.price_prompt
     completion_cost = completion * meta.price_completion
@@ -107,7 +113,7 @@ def usage(view: CompletionLike, gen: GenerationLike, meta: ResponseMeta, spec: P
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": view.reasoning_tokens},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
         "cost": round(prompt_cost + completion_cost, 12),
     }
     if spec.openrouter:
@@ -164,7 +170,7 @@ def response_body(
         choice["native_finish_reason"] = msg.finish_reason
     body = _head(spec, meta, "chat.completion")
     body["choices"] = [choice]
-    body["usage"] = usage(view, gen, meta, spec)
+    body["usage"] = usage(view, gen, meta, spec, msg)
     if wants_token_ids(request):
         # vLLM's extension: the ids the model saw and wrote, the ground truth of the tests.
         body["prompt_token_ids"] = list(gen.prompt_ids)
@@ -235,18 +241,19 @@ def stream_frames(
         if i >= len(msg.tool_calls):
             break
         call = msg.tool_calls[i]
+        index = i if call.index is None else call.index
         frames.append(sse(chunk({"tool_calls": [{
-            "index": i, "id": call.id, "type": "function",
+            "index": index, "id": call.id, "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }]})))
         for piece in text_pieces(call.arguments, rng):
-            frames.append(sse(chunk({"tool_calls": [{"index": i,
+            frames.append(sse(chunk({"tool_calls": [{"index": index,
                                                      "function": {"arguments": piece}}]})))
     last = chunk({}, msg.finish_reason)
     if wants_token_ids(request):
         last["choices"][0]["token_ids"] = list(view.ids)
     frames.append(sse(last))
-    frames.append(sse({**head, "choices": [], "usage": usage(view, gen, meta, spec)}))
+    frames.append(sse({**head, "choices": [], "usage": usage(view, gen, meta, spec, msg)}))
     return frames
 
 

@@ -341,6 +341,9 @@ class ServedCall:
     id: str
     name: str
     arguments: str
+    # The `index` a stream gives the call when it is not its position (vLLM 0.32 skips the
+    # index of a call it dropped); None: its position.
+    index: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +358,9 @@ class ServedMessage:
     # Streams: per call, the characters of `content` sent before its first delta (the upstream
     # stream parsers send text between and after calls after them); None: all before.
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
+    # The usage's reasoning share when the profile's server counts it from what it parsed
+    # (vLLM 0.32); None: the completion's own count.
+    reasoning_tokens: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,14 +34,17 @@ pytestmark = pytest.mark.integration
 MODEL = "moonshotai/kimi-k2.5"
 GLAIVE = str(BUNDLED_SAMPLES["B1_glaive"][1])
 # The API each emulated stack speaks; `raw` is a vLLM without tool parsing.
-DIALECT = {"openrouter": "openrouter", "vllm": "vllm", "vllm-k25": "vllm", "sglang": "sglang",
+DIALECT = {"openrouter": "openrouter", "vllm": "vllm", "vllm-legacy": "vllm", "vllm-k25": "vllm",
+           "sglang": "sglang",
            "sglang-noforce": "sglang", "moonshot": "moonshot", "raw": "vllm",
            "stripped": "openrouter"}
-# The profiles whose calls and reasoning come back the same way on every path.
-PLAIN_PROFILES = ("openrouter", "vllm", "sglang", "moonshot", "raw", "stripped")
-TOOLS_WHERE = {"openrouter": "structured", "vllm": "structured", "sglang": "structured",
+# The profiles whose calls and reasoning come back the same way on every path. (vLLM 0.32,
+# `vllm`, cuts a tool section out of the content when the request has no tools: docs/vllm-0.32.md.)
+PLAIN_PROFILES = ("openrouter", "vllm-legacy", "sglang", "moonshot", "raw", "stripped")
+TOOLS_WHERE = {"openrouter": "structured", "vllm-legacy": "structured", "sglang": "structured",
                "moonshot": "structured", "raw": "raw_content", "stripped": "stripped"}
-REASONING_FIELD = {"openrouter": "reasoning", "vllm": "reasoning", "sglang": "reasoning_content",
+REASONING_FIELD = {"openrouter": "reasoning", "vllm-legacy": "reasoning",
+                   "sglang": "reasoning_content",
                    "moonshot": "reasoning_content", "raw": "reasoning_content",
                    "stripped": "reasoning"}
 
@@ -129,7 +132,7 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
                     " refusing to start. Probe: p.json") in str(info.value)
     if profile == "openrouter":
         assert all(x.providers == ["Moonshot AI"] for x in s.values())
-    if profile in ("openrouter", "vllm", "sglang", "moonshot"):
+    if profile in ("openrouter", "vllm-legacy", "sglang", "moonshot"):
         # Structured calls and no token ids: nothing to compare the arguments with.
         assert (s["tools"].arguments, s["tools"].whitespace) == ("unknown", "unknown")
     if profile == "raw":
@@ -142,7 +145,8 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
 #  forces_reasoning)
 FINDINGS = {
     "openrouter": (False, False, True, True, None, False),
-    "vllm": (False, True, True, True, None, False),  # kimi_k2's `_clean_content`
+    "vllm": (False, False, True, True, None, False),  # 0.32: no placeholder filter
+    "vllm-legacy": (False, True, True, True, None, False),  # kimi_k2's `_clean_content`
     "vllm-k25": (False, False, True, True, None, True),  # forced thinking, no placeholder filter
     "sglang": (True, False, True, True, None, False),  # {name}:{history + index written}
     "sglang-noforce": (True, False, False, True, None, False),  # K2.5's output unsplit
@@ -152,7 +156,7 @@ FINDINGS = {
 }
 # Streamed, SGLang numbers calls by their position in the answer (history + 0, 1, ...), which
 # is the running count K2.5 writes, and vLLM's streamed path keeps the placeholder.
-STREAMED = {"vllm": {"deletes_no_content": False}, "sglang": {"renumbers_tool_ids": False},
+STREAMED = {"vllm-legacy": {"deletes_no_content": False}, "sglang": {"renumbers_tool_ids": False},
             "sglang-noforce": {"renumbers_tool_ids": False}}
 FINDING_NAMES = ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
                  "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning")
@@ -177,11 +181,12 @@ def test_the_probe_learns_each_stacks_parser_traits(tok, profile, stream):
     assert sum(o.attempts for s in result.scenarios for o in s.observations) == 12
 
 
-# The model opens its tool section before `</think>`: vLLM's kimi_k2 parser leaves it in the
-# reasoning; a forced parser ends the reasoning there and parses the calls (SGLang; vLLM's
-# kimi_k25 only streamed); SGLang unforced never splits, so there is nothing to end.
-IN_THINK = {"vllm": (False, False), "vllm-k25": (False, True), "sglang": (True, True),
-            "sglang-noforce": (None, None)}
+# The model opens its tool section before `</think>`: vLLM's kimi_k2 parser before 0.32 leaves
+# it in the reasoning; a forced parser ends the reasoning there and parses the calls (SGLang;
+# vLLM 0.32's kimi_k2; vLLM's kimi_k25 only streamed); SGLang unforced never splits, so there
+# is nothing to end.
+IN_THINK = {"vllm": (True, True), "vllm-legacy": (False, False), "vllm-k25": (False, True),
+            "sglang": (True, True), "sglang-noforce": (None, None)}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -195,10 +200,12 @@ def test_the_probe_learns_whether_a_section_ends_the_reasoning(tok, profile, str
     assert result.traits().ends_reasoning_at_tools is found
 
 
-@pytest.mark.parametrize(("profile", "expected"), [("vllm", ("trimmed", "lost")),
+@pytest.mark.parametrize(("profile", "expected"), [("vllm-legacy", ("trimmed", "lost")),
+                                                   ("vllm", ("verbatim", "kept")),
                                                    ("moonshot", ("verbatim", "kept"))])
 def test_token_ids_show_whether_arguments_survive(tok, profile, expected):
-    """The model writes whitespace around every argument string: vLLM trims, Moonshot keeps."""
+    """The model writes whitespace around every argument string, and the probe streams: vLLM
+    before 0.32 trims it, 0.32's stream sends the raw arguments, Moonshot keeps them."""
     with emulator(profile, tok, tool_args_whitespace_rate=1.0) as emu:
         cfg = EndpointConfig.load({"base_url": emu.url, "model": MODEL, "dialect": "vllm",
                                    "return_token_ids": True})
@@ -207,7 +214,7 @@ def test_token_ids_show_whether_arguments_survive(tok, profile, expected):
     tools = result.scenario("tools")
     assert tools is not None and (tools.arguments, tools.whitespace) == expected
     matches = {o.reference_match for o in tools.observations}
-    assert matches == ({"text_diff"} if profile == "vllm" else {"exact"})
+    assert matches == ({"text_diff"} if profile == "vllm-legacy" else {"exact"})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def test_recognised_conversation_is_answered_with_the_datasets_steps(conversatio
     assert first == ["functions.get_weather:0", "functions.get_weather:1"]
 
 
-@pytest.mark.parametrize("profile", ["raw", "stripped", "sglang-noforce"])
+@pytest.mark.parametrize("profile", ["raw", "stripped", "sglang-noforce", "vllm-legacy"])
 def test_every_other_kimi_profile_answers_the_tool_loop(conversations, profile):
     with _emulator(conversations, profile) as emu:
         walk = _walk(emu.url, "moonshotai/kimi-k2.5", "reasoning_content")
@@ -215,7 +215,9 @@ def test_thinking_off_follows_without_reasoning(conversations):
     assert _sorted(_calls_of(walk[0][2]["choices"][0]["message"])) == _sorted(
         DATASET_STEPS[(0, 0)])
     last = walk[3][2]["choices"][0]["message"]
-    assert last["content"] == MONEY_ANSWER and last.get("reasoning") is None
+    # vLLM 0.32's detokenizer puts a space before the first token after the prompt's
+    # `</think>` (an added token; docs/vllm-0.32.md, 1.2).
+    assert last["content"] == " " + MONEY_ANSWER and last.get("reasoning") is None
 
 
 @pytest.mark.parametrize("profile", ["vllm-hermes", "openrouter", "sglang"])
@@ -348,7 +350,7 @@ def test_bad_lines_are_skipped_with_their_line_number(conversations):
 
 def test_every_kimi_profile_is_exercised():
     covered = {"vllm", "sglang", "openrouter", "moonshot", "vllm-k25", "raw", "stripped",
-               "sglang-noforce"}
+               "sglang-noforce", "vllm-legacy"}
     assert covered == set(PROFILES)
 
 

@@ -91,12 +91,12 @@ SPACED = ("Let me check.</think>\n" + SECTION_BEGIN + "\n" + CALL_BEGIN
 def test_spaced_call_and_text_after_the_section():
     weather = call("functions.get_weather:0", "get_weather", '{"city": "Paris"}', 0)
     # vLLM: trimmed id and arguments; whitespace-only content nulled; text after the end lost.
-    assert run("vllm", SPACED, REQUEST) == Parsed("Let me check.", None, (weather,),
+    assert run("vllm-legacy", SPACED, REQUEST) == Parsed("Let me check.", None, (weather,),
                                                   "tool_calls")
     assert run("vllm-k25", SPACED, REQUEST) == Parsed("Let me check.", None, (weather,),
                                                       "tool_calls")
     # Its stream sends the text between and after the calls as content.
-    assert run("vllm", SPACED, REQUEST, stream=True) == Parsed(
+    assert run("vllm-legacy", SPACED, REQUEST, stream=True) == Parsed(
         "Let me check.", "\n\nDone.", (weather,), "tool_calls")
     # SGLang: content kept untrimmed, text after the end lost.
     assert run("sglang", SPACED, REQUEST) == Parsed("Let me check.", "\n", (weather,),
@@ -118,19 +118,19 @@ PLACEHOLDER = ("Thinking.</think>(no content)" + SECTION_BEGIN + CALL_BEGIN
 
 def test_no_content_placeholder():
     # vLLM's kimi_k2 reasoning parser deletes it from the whole content, arguments included.
-    assert run("vllm", PLACEHOLDER, REQUEST) == Parsed(
+    assert run("vllm-legacy", PLACEHOLDER, REQUEST) == Parsed(
         "Thinking.", None,
         (call("functions.search_web:0", "search_web", '{"query": ""}', 0),), "tool_calls")
     kept = call("functions.search_web:0", "search_web", '{"query": "(no content)"}', 0)
     # With tools the stream reaches the tool parser unfiltered; kimi_k25 has no filter.
-    assert run("vllm", PLACEHOLDER, REQUEST, stream=True) == Parsed(
+    assert run("vllm-legacy", PLACEHOLDER, REQUEST, stream=True) == Parsed(
         "Thinking.", "(no content)", (kept,), "tool_calls")
     assert run("vllm-k25", PLACEHOLDER, REQUEST) == Parsed("Thinking.", "(no content)", (kept,),
                                                            "tool_calls")
     assert run("sglang", PLACEHOLDER, REQUEST) == Parsed("Thinking.", "(no content)", (kept,),
                                                          "tool_calls")
     # Without calls the filter still applies (and the placeholder was the whole answer).
-    assert run("vllm", "Thinking.</think>(no content)", NO_TOOLS) == Parsed(
+    assert run("vllm-legacy", "Thinking.</think>(no content)", NO_TOOLS) == Parsed(
         "Thinking.", None, (), "stop")
 
 
@@ -142,8 +142,8 @@ IN_THINK = ("I should call the tool." + SECTION_BEGIN + CALL_BEGIN + "functions.
 def test_section_opened_before_think_end():
     oslo = call("functions.get_weather:0", "get_weather", '{"city": "Oslo"}', 0)
     # DeepSeek-R1 split: no `</think>`, all of it is reasoning, no call.
-    assert run("vllm", IN_THINK, REQUEST) == Parsed(IN_THINK, None, (), "stop")
-    assert run("vllm", IN_THINK, REQUEST, stream=True) == Parsed(IN_THINK, None, (), "stop")
+    assert run("vllm-legacy", IN_THINK, REQUEST) == Parsed(IN_THINK, None, (), "stop")
+    assert run("vllm-legacy", IN_THINK, REQUEST, stream=True) == Parsed(IN_THINK, None, (), "stop")
     assert run("vllm-k25", IN_THINK, REQUEST) == Parsed(IN_THINK, None, (), "stop")
     # kimi_k25's stream turns the section into content, where the call is found.
     assert run("vllm-k25", IN_THINK, REQUEST, stream=True) == Parsed(
@@ -159,15 +159,16 @@ def test_reasoning_split_without_tools():
     text = "Reason.</think>\n\nAnswer."
     assert run("sglang", text, NO_TOOLS) == Parsed("Reason.", "\n\nAnswer.", (), "stop")
     assert run("sglang-noforce", text, NO_TOOLS) == Parsed(None, text, (), "stop")
-    assert run("vllm", text, NO_TOOLS) == Parsed("Reason.", "\n\nAnswer.", (), "stop")
+    assert run("vllm-legacy", text, NO_TOOLS) == Parsed("Reason.", "\n\nAnswer.", (), "stop")
     # vLLM's stream filter drops a content step that is only whitespace (`\n\n` is one token).
-    assert run("vllm", text, NO_TOOLS, stream=True) == Parsed("Reason.", "Answer.", (), "stop")
+    assert run("vllm-legacy", text, NO_TOOLS, stream=True) == Parsed("Reason.", "Answer.", (),
+                                                                     "stop")
     assert run("vllm-k25", text, NO_TOOLS, stream=True) == Parsed("Reason.", "\n\nAnswer.", (),
                                                                   "stop")
     # A literal `<think>` in the answer: vLLM's string split drops all before it.
     literal = "Reason.</think>Use the <think> tag."
-    assert run("vllm", literal, NO_TOOLS) == Parsed(" tag.", None, (), "stop")
-    assert run("vllm", literal, NO_TOOLS, stream=True) == Parsed(
+    assert run("vllm-legacy", literal, NO_TOOLS) == Parsed(" tag.", None, (), "stop")
+    assert run("vllm-legacy", literal, NO_TOOLS, stream=True) == Parsed(
         "Reason.", "Use the <think> tag.", (), "stop")
     # ... and makes an unforced SGLang split after all.
     assert run("sglang-noforce", literal, NO_TOOLS) == Parsed("Reason.", "Use the <think> tag.",
@@ -177,8 +178,8 @@ def test_reasoning_split_without_tools():
 def test_literal_think_tag_at_a_step_boundary():
     # `<think>` written as text, tokenised `<` `think` `>`: string rules see the tag.
     text = "Reason.</think><think> is a tag."
-    assert run("vllm", text, NO_TOOLS) == Parsed(" is a tag.", None, (), "stop")
-    assert run("vllm", text, NO_TOOLS, stream=True) == Parsed(
+    assert run("vllm-legacy", text, NO_TOOLS) == Parsed(" is a tag.", None, (), "stop")
+    assert run("vllm-legacy", text, NO_TOOLS, stream=True) == Parsed(
         "Reason.", "<think> is a tag.", (), "stop")  # the stream rules look at token ids
     assert run("sglang", text, NO_TOOLS) == Parsed("Reason.", "<think> is a tag.", (), "stop")
     assert run("sglang-noforce", text, NO_TOOLS) == Parsed("Reason.", "<think> is a tag.", (),
@@ -192,7 +193,7 @@ def test_literal_think_tag_at_a_step_boundary():
 
 
 def test_instant_mode():
-    assert run("vllm", "Answer only.", INSTANT) == Parsed(None, "Answer only.", (), "stop")
+    assert run("vllm-legacy", "Answer only.", INSTANT) == Parsed(None, "Answer only.", (), "stop")
     # kimi_k25 forces thinking on: the whole instant answer is reasoning.
     assert run("vllm-k25", "Answer only.", INSTANT) == Parsed("Answer only.", None, (), "stop")
     assert run("sglang", "Answer only.", INSTANT) == Parsed(None, "Answer only.", (), "stop")
@@ -218,7 +219,7 @@ RUNNING = ("</think>" + SECTION_BEGIN + CALL_BEGIN + "functions.get_weather:2" +
 def test_tool_ids_with_earlier_calls():
     request = {"messages": HISTORY, "tools": TOOLS}
     rome, bern = '{"city": "Rome"}', '{"city": "Bern"}'
-    assert run("vllm", RUNNING, request).calls == (
+    assert run("vllm-legacy", RUNNING, request).calls == (
         call("functions.get_weather:2", "get_weather", rome, 0),
         call("get_weather:3", "get_weather", bern, 1))
     # SGLang adds the two earlier calls to the index the model wrote...
@@ -235,7 +236,7 @@ def test_sglang_drops_calls_its_regex_rejects():
     hyphen = ("</think>" + SECTION_BEGIN + CALL_BEGIN + "functions.get-time:0" + ARG_BEGIN
               + "{}" + CALL_END + SECTION_END)
     assert run("sglang", hyphen, REQUEST) == Parsed(None, "", (), "tool_calls")
-    assert run("vllm", hyphen, REQUEST).calls == (
+    assert run("vllm-legacy", hyphen, REQUEST).calls == (
         call("functions.get-time:0", "get-time", "{}", 0),)
     multiline = ("</think>" + SECTION_BEGIN + CALL_BEGIN + "functions.get_weather:0" + ARG_BEGIN
                  + '{\n  "city": "Lima"\n}' + CALL_END + SECTION_END)
@@ -244,21 +245,21 @@ def test_sglang_drops_calls_its_regex_rejects():
     # it sent with what `json.dumps({})` has more: the call arrives as `{}`.
     assert run("sglang", multiline, REQUEST, stream=True) == Parsed(
         None, "", (call("functions.get_weather:0", "get_weather", "{}", 0),), "tool_calls")
-    assert run("vllm", multiline, REQUEST).calls == (
+    assert run("vllm-legacy", multiline, REQUEST).calls == (
         call("functions.get_weather:0", "get_weather", '{\n  "city": "Lima"\n}', 0),)
 
 
 def test_truncated_answers():
-    cut = upstream.parse("vllm", completion("Half a thou", truncated=True), REQUEST, IDS,
+    cut = upstream.parse("vllm-legacy", completion("Half a thou", truncated=True), REQUEST, IDS,
                          stream=False)
     assert cut == Parsed("Half a thou", None, (), "length")
     open_section = "Ok.</think>" + SECTION_BEGIN + CALL_BEGIN + "functions.get_weather:0"
     # Both cut the content at the marker; vLLM says tool_calls only when a call came back,
     # SGLang says it whenever the marker is there -- but not after a `length` stop.
-    assert upstream.parse("vllm", completion(open_section, truncated=True), REQUEST, IDS,
+    assert upstream.parse("vllm-legacy", completion(open_section, truncated=True), REQUEST, IDS,
                           stream=False) == Parsed("Ok.", None, (), "length")
     closed = open_section + "{}" + SECTION_END
-    assert run("vllm", closed, REQUEST) == Parsed("Ok.", None, (), "stop")
+    assert run("vllm-legacy", closed, REQUEST) == Parsed("Ok.", None, (), "stop")
     assert run("sglang", closed, REQUEST) == Parsed("Ok.", "", (), "tool_calls")
     assert upstream.parse("sglang", completion(open_section, truncated=True), REQUEST, IDS,
                           stream=False) == Parsed("Ok.", "", (), "length")
@@ -308,7 +309,7 @@ def test_history_arguments_that_are_not_json_are_refused():
     bad = [USER, {"role": "assistant", "content": "", "tool_calls": [
         {"id": "functions.get_weather:0", "type": "function",
          "function": {"name": "get_weather", "arguments": "{city: Paris}"}}]}]
-    for family in ("vllm", "sglang"):
+    for family in ("vllm-legacy", "sglang"):
         with pytest.raises(FormatError, match=r"messages\[1\]\.tool_calls\[0\]"):
             rendered(family, bad)
 
@@ -356,8 +357,9 @@ def tool_request(messages: list[dict[str, Any]] | None = None, **extra: Any) -> 
 
 
 def test_http_vllm_placeholder_deleted_plain_kept_in_the_stream():
-    with emulator("vllm", no_content_before_calls_rate=1.0) as emu:
-        request = tool_request()
+    with emulator("vllm-legacy", no_content_before_calls_rate=1.0) as emu:
+        # Without the detokenizer's spaces around the markers (docs/vllm-0.32.md, 1.2).
+        request = tool_request(spaces_between_special_tokens=False)
         plain = post(emu, request)
         truth = plain["choices"][0]["token_ids"]
         assert "(no content)" in TOK.decode_bytes(truth).decode()
@@ -399,7 +401,7 @@ def test_http_sglang_noforce_returns_the_reasoning_unsplit():
 
 def test_http_section_in_think_and_text_after_the_section():
     knobs = {"section_in_think_rate": 1.0, "text_after_section_rate": 1.0}
-    with emulator("vllm", **knobs) as emu:
+    with emulator("vllm-legacy", **knobs) as emu:
         body = post(emu, tool_request())
         choice = body["choices"][0]
         assert THINK_END not in TOK.decode_bytes(choice["token_ids"]).decode()
@@ -424,17 +426,17 @@ TWO_CALLS = ("ok</think>Sure. " + SECTION_BEGIN + CALL_BEGIN + "functions.get_we
 
 def test_streams_send_text_between_and_after_calls_after_them():
     # Per call, the characters of content the stream sent before the call's first delta.
-    for server in ("vllm", "vllm-k25", "sglang"):
+    for server in ("vllm-legacy", "vllm-k25", "sglang"):
         parsed = run(server, TWO_CALLS, REQUEST, stream=True)
         assert (parsed.content, parsed.content_at_calls) == ("Sure. mid end", (6, 9)), server
         assert run(server, SPACED, REQUEST, stream=True).content_at_calls == (1,), server
         # The plain answer has no order to keep.
         assert run(server, TWO_CALLS, REQUEST).content_at_calls is None
-    assert run("vllm", "ok</think>no calls", REQUEST, stream=True).content_at_calls is None
+    assert run("vllm-legacy", "ok</think>no calls", REQUEST, stream=True).content_at_calls is None
 
 
 def test_http_stream_frames_keep_the_parsers_order():
-    with emulator("vllm", text_after_section_rate=1.0, tool_call_rate=1.0, seed=4) as emu:
+    with emulator("vllm-legacy", text_after_section_rate=1.0, tool_call_rate=1.0, seed=4) as emu:
         request = tool_request()
         text = httpx.post(emu.url + "/chat/completions", json={**request, "stream": True},
                           timeout=20).text
@@ -456,7 +458,7 @@ def test_http_stream_frames_keep_the_parsers_order():
 def test_http_vllm_k25_instant_answer_comes_back_as_reasoning():
     with emulator("vllm-k25") as emu:
         request = {"messages": [USER], "chat_template_kwargs": {"thinking": False},
-                   "return_token_ids": True}
+                   "return_token_ids": True, "spaces_between_special_tokens": False}
         body = post(emu, request)
         message = body["choices"][0]["message"]
         assert message["content"] is None
@@ -490,7 +492,7 @@ def test_http_bad_history_arguments_are_a_400():
         {"id": "functions.get_weather:0", "type": "function",
          "function": {"name": "get_weather", "arguments": "{city: Paris}"}}]},
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "x"}]
-    with emulator("vllm") as emu:
+    with emulator("vllm-legacy") as emu:
         response = httpx.post(emu.url + "/chat/completions", json=tool_request(bad), timeout=20)
     assert response.status_code == 400
     assert "messages[1].tool_calls[0].function.arguments" in response.json()["error"]["message"]

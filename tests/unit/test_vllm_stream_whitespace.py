@@ -67,13 +67,13 @@ def test_detokenizer_holds_the_whole_step_and_the_space_survives_the_filter(whic
     at = ids.index(head)
     # vLLM: "" for the step that ends in an unfinished character, then all of it at once.
     assert steps[at:at + 2] == ["", char]
-    parsed = upstream.parse("vllm", out, NO_TOOLS, ids_of, stream=True)
+    parsed = upstream.parse("vllm-legacy", out, NO_TOOLS, ids_of, stream=True)
     # The space came in a step that is not whitespace-only, so the filter keeps it; the lone
     # `\n\n` step is dropped (one token in this vocabulary).
     assert len(tok.encode_ordinary("\n\n")) == 1
     assert parsed.content == "Look" + char + "Done."
     assert parsed.content != out.text.split(THINK_END, 1)[1]
-    assert upstream.parse("vllm", out, NO_TOOLS, ids_of, stream=False).content == (
+    assert upstream.parse("vllm-legacy", out, NO_TOOLS, ids_of, stream=False).content == (
         "Look" + char + "\n\nDone.")
     # At a cut the held step is lost whole, the space with it.
     cut = upstream.decode_output(ids[:at + 1], tok, truncated=True)
@@ -88,13 +88,13 @@ def _code_prompts(n: int) -> list[Prompt]:
 
 
 def test_streamed_vllm_answers_that_lost_whitespace_are_never_ok():
-    """Plain code answers, no tools, streamed through the `vllm` profile: the whitespace the
+    """Plain code answers, no tools, streamed through the `vllm-legacy` profile: the whitespace the
     parser dropped is all that differs, and reconstruction never calls such a sample `ok` --
     with the server's ids (reference_text_diff), blind, or with a probe's traits."""
     fmt = KimiK25(TOK)
     lost = 0
     traits = ProviderTraits(counts_stop_token=True, renumbers_tool_ids=False)
-    with serve_in_thread(EmulatorConfig(profile="vllm", seed=0), TOK) as emu:
+    with serve_in_thread(EmulatorConfig(profile="vllm-legacy", seed=0), TOK) as emu:
         for prompt in _code_prompts(10):
             request = {"messages": prompt.messages, "max_tokens": 2048, "stream": True,
                        "stream_options": {"include_usage": True}, "return_token_ids": True}

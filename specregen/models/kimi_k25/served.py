@@ -13,10 +13,11 @@ of the request (the request digest with the config seed: a retry gets the same c
 a `writer` (the emulator's model-like text and its reading of the declared tools). Conversation
 mode's `script` says what the answer holds instead of the writer's draws.
 
-How providers return it (`render_message`): `vllm`, `vllm-k25`, `sglang`, `sglang-noforce` decode
-the ids and run `servers.py` (our re-statement of those servers' Kimi parsers) on a prompt
-rendered the way the server does (`serverside.py`); `openrouter`, `moonshot`, `raw` and
-`stripped` shape the completion as those APIs do (see the emulator's `profiles.py`).
+How providers return it (`render_message`): `vllm` (vLLM 0.32, `vllm032.py`), `vllm-legacy`,
+`vllm-k25`, `sglang`, `sglang-noforce` (`servers.py`) decode the ids and run our re-statement of
+those servers' Kimi parsers on a prompt rendered the way the server does (`serverside.py`);
+`openrouter`, `moonshot`, `raw` and `stripped` shape the completion as those APIs do (see the
+emulator's `profiles.py`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from specregen.models.chat_format import (
     ServedCall,
     ServedMessage,
 )
-from specregen.models.kimi_k25 import servers, serverside
+from specregen.models.kimi_k25 import servers, serverside, vllm032
 from specregen.models.kimi_k25.format import (
     ARG_BEGIN,
     CALL_BEGIN,
@@ -53,8 +54,11 @@ from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import reasoning_excluded, thinking_from_request
 
 # The emulator's K2.5 profiles (names as in `EmulatorConfig.profile`).
-PROFILES = ("openrouter", "vllm", "vllm-k25", "sglang", "sglang-noforce", "moonshot", "raw",
-            "stripped")
+PROFILES = ("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce",
+            "moonshot", "raw", "stripped")
+# The ids vLLM 0.32 makes for a call whose header gave none: a K2.5 deployment's config says
+# `model_type: kimi_k25`, which gives `functions.{name}:{n}` (docs/vllm-0.32.md, 2.1).
+VLLM_ID_TYPE: vllm032.IdType = "kimi"
 MODEL_NAME = "MoonshotAI: Kimi K2.5"
 # Strings the model writes as text now and then, e.g. when it talks about its own format.
 LITERALS = (f'"{IM_END}"', THINK, THINK_END, f'"{CALL_BEGIN}"')
@@ -399,7 +403,7 @@ def render_message(
     if spec.server is not None:
         if tok is None:
             raise ValueError(f"profile {spec.name} decodes the completion: pass the tokenizer")
-        return _server_message(spec.server, view, request, tok, stream)
+        return _server_message(spec.server, view, request, tok, stream, gen.prompt_ids)
     reasoning = view.reasoning
     if spec.openrouter and reasoning_excluded(request):
         reasoning = None
@@ -425,16 +429,37 @@ def render_message(
 
 
 def _server_message(server: servers.Server, view: CompletionView, request: dict[str, Any],
-                    tok: Tokenizer, stream: bool) -> ServedMessage:
-    out = servers.decode_output(view.ids, tok, view.truncated)
-    parsed = servers.parse(server, out, request, servers.MarkerIds.of(tok), stream=stream)
+                    tok: Tokenizer, stream: bool, prompt_ids: Sequence[int]) -> ServedMessage:
+    vllm = server.startswith("vllm")
+    # vLLM's slow detokenizer puts spaces around K2.5's added tokens unless the request says
+    # `spaces_between_special_tokens: false`; SGLang's profiles are restated without them.
+    spaces = vllm and request.get("spaces_between_special_tokens") is not False
+    after_added = not prompt_ids or servers.vllm_added(tok, prompt_ids[-1])
+    out = servers.decode_output(view.ids, tok, view.truncated, spaces=spaces,
+                                after_added=after_added)
+    reasoning_tokens: int | None = None
+    if server == "vllm":
+        seed = len(view.ids)  # made call ids: random-looking, the same for the same answer
+        if stream:
+            ended = vllm032.prompt_ended(prompt_ids, tok, vllm032.parser_thinking(request))
+            parsed, counted = vllm032.stream(out, request, tok, prompt_ended=ended, seed=seed,
+                                             id_type=VLLM_ID_TYPE)
+        else:
+            parsed, counted = vllm032.plain(out, request, seed=seed, id_type=VLLM_ID_TYPE), False
+        reasoning_tokens = vllm032.reasoning_tokens(view.ids, tok, request,
+                                                    out if counted else None)
+    else:
+        parsed = servers.parse(server, out, request, servers.MarkerIds.of(tok), stream=stream)
     content = parsed.content
     if stream and content is None:
         # Both servers open a stream with `content: ""` in the role chunk.
         content = ""
-    calls = tuple(ServedCall(c.id, c.name, c.arguments) for c in parsed.calls)
+    # vLLM 0.32's stream keeps the index of each call it parsed, gaps included.
+    gaps = stream and server == "vllm"
+    calls = tuple(ServedCall(c.id, c.name, c.arguments, c.index if gaps else None)
+                  for c in parsed.calls)
     return ServedMessage(parsed.reasoning, content, calls, parsed.finish_reason,
-                         parsed.content_at_calls if stream else None)
+                         parsed.content_at_calls if stream else None, reasoning_tokens)
 
 
 def strip_markers(text: str) -> str:
@@ -471,7 +496,8 @@ class KimiK25Server:
     def server_prompt(self, server: str, request: dict[str, Any]) -> tuple[list[int], bool]:
         """The prompt ids and thinking mode of a vLLM / SGLang server (`server`: the profile's
         parser family) for `request`: the server's own rendering, not ours."""
-        family: serverside.Family = "vllm" if server.startswith("vllm") else "sglang"
+        family: serverside.Family = ("sglang" if server.startswith("sglang") else
+                                     "vllm" if server == "vllm" else "vllm-legacy")
         thinking = servers.request_thinking(request)
         return serverside.encode_prompt(family, request, self.tok, thinking), thinking
 
@@ -500,7 +526,9 @@ class KimiK25Server:
             ids=cut, thinking=thinking, reasoning=None, think_closed=think_end in cut,
             content="", calls=(), section_text="", made_calls=False, truncated=truncated,
             reasoning_tokens=reasoning_tokens)
-        message = _server_message(spec.server, completion, request, self.tok, stream)
+        message = _server_message(spec.server, completion, request, self.tok, stream, prompt)
+        if message.reasoning_tokens is not None:
+            reasoning_tokens = message.reasoning_tokens
         return ScriptedAnswer(message, cut, reasoning_tokens, tuple(prompt))
 
     def message(self, spec: Any, completion: CompletionView, gen: Generation,

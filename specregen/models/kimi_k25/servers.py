@@ -1,8 +1,10 @@
 """What vLLM's and SGLang's Kimi parsers make of a K2.5 completion: a re-statement, in our own
 code, of the upstream behaviour described in docs/upstream-parsers.md (which names the upstream
-files and functions each rule comes from). The emulator's profiles `vllm` (vLLM's kimi_k2
-reasoning and tool parsers), `vllm-k25` (the kimi_k25 reasoning parser), `sglang` and
-`sglang-noforce` (SGLang's KimiK2Detector, forced or not) run it (`served.py`).
+files and functions each rule comes from). The emulator's legacy profiles `vllm-legacy` (vLLM's
+kimi_k2 reasoning and tool parsers before the parser engine), `vllm-k25` (the kimi_k25
+reasoning parser, gone from vLLM 0.32), `sglang` and `sglang-noforce` (SGLang's KimiK2Detector,
+forced or not) run it (`served.py`). vLLM 0.32 (profile `vllm`) is `vllm032.py`; the
+detokenizer here (`decode_output`) serves all of them.
 
 The parsers see the completion as the server's detokenizer gives it: the stop token
 `<|im_end|>` is not in the text, while `<think>`, `</think>` and the tool markers are (they are
@@ -34,8 +36,8 @@ from specregen.models.kimi_k25.format import (
 )
 from specregen.models.tokenizer import Tokenizer
 
-Server = Literal["vllm", "vllm-k25", "sglang", "sglang-noforce"]
-SERVERS: tuple[Server, ...] = ("vllm", "vllm-k25", "sglang", "sglang-noforce")
+Server = Literal["vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce"]
+SERVERS: tuple[Server, ...] = ("vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce")
 
 NO_CONTENT = "(no content)"
 
@@ -114,27 +116,55 @@ class MarkerIds:
                    tok.token_id(IM_END))
 
 
-def decode_output(ids: Sequence[int], tok: Tokenizer, truncated: bool) -> Output:
+def decode_output(ids: Sequence[int], tok: Tokenizer, truncated: bool, *, spaces: bool = False,
+                  after_added: bool = True) -> Output:
     """Incremental detokenization as vLLM's detokenizer does it (`detokenize_incrementally`,
     and the fast path's `DecodeStream` alike): the tokens since the last emitted text are
     decoded together and the WHOLE step is held back while the result ends in U+FFFD (an
     incomplete UTF-8 character), not only its unfinished bytes -- so a token like
     ` \xf0\x9f\x94` (a space and the head of an emoji) sends "" and its space comes with the
-    next step. The stop token is never detokenized; at a cut the held-back text is lost."""
+    next step. The stop token is never detokenized; at a cut the held-back text is lost.
+
+    `spaces`: vLLM's slow detokenizer with the request's `spaces_between_special_tokens`
+    (default true) and a tokenizer with added tokens (K2.5's): each window is decoded piece by
+    piece, every added token a piece of its own, joined with " ". Step by step that puts a
+    space before every added token and before the first ordinary token after one, held text
+    included; `after_added`: the prompt ends in an added token (K2.5's ends in `<think>` or
+    `</think>`), so the answer's first token gets one too (docs/vllm-0.32.md, 1.2)."""
     stop = tok.token_id(IM_END)
     deltas: list[Delta] = []
     pending = b""
+    # The pending run of ordinary tokens follows an added token (a space goes before it).
+    run_after_added = after_added
     for token_id in ids:
         if token_id == stop:
             break
+        if spaces and vllm_added(tok, token_id):
+            text = ""
+            if pending:  # an unfinished character is flushed as U+FFFD by the added token
+                text = (" " if run_after_added else "") + pending.decode("utf-8", "replace")
+            deltas.append(Delta(text + " " + tok.decode([token_id]), token_id))
+            pending, run_after_added = b"", True
+            continue
         pending += tok.decode_bytes([token_id])
         text = pending.decode("utf-8", errors="replace")
         if text.endswith("\ufffd"):
             deltas.append(Delta("", token_id))
             continue
+        if spaces and run_after_added:
+            text = " " + text
+            run_after_added = False
         deltas.append(Delta(text, token_id))
         pending = b""
     return Output("".join(d.text for d in deltas), tuple(deltas), truncated)
+
+
+def vllm_added(tok: Tokenizer, token_id: int) -> bool:
+    """An added token to vLLM's slow detokenizer: one named in the tokenizer config's
+    `added_tokens_decoder` (K2.5: the markers and the special tokens; the reserved ids the
+    config does not name are ordinary tokens to it)."""
+    name = tok.added_name(token_id)
+    return name is not None and not name.startswith("<|reserved_token_")
 
 
 def request_thinking(request: dict[str, Any]) -> bool:
@@ -161,7 +191,10 @@ def history_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
 
 def parse(server: Server, out: Output, request: dict[str, Any], ids: MarkerIds,
           *, stream: bool) -> Parsed:
-    if server in ("vllm", "vllm-k25"):
+    if server == "vllm":
+        raise ValueError("vLLM 0.32 (`vllm`) is vllm032.py's; this module restates the legacy "
+                         "parsers and SGLang")
+    if server in ("vllm-legacy", "vllm-k25"):
         if stream:
             return _vllm_stream(server, out, request, ids)
         return _vllm_plain(server, out, request)
@@ -207,7 +240,7 @@ def _vllm_plain(server: Server, out: Output, request: dict[str, Any]) -> Parsed:
         reasoning, content = _r1_split(text)
     else:
         reasoning, content = None, text
-    if server == "vllm":
+    if server == "vllm-legacy":
         content = _clean_no_content(content)
     engine_finish = "length" if out.truncated else "stop"
     if parses_tools(request) and content is not None and SECTION_BEGIN in content:
@@ -253,7 +286,7 @@ def _vllm_stream(server: Server, out: Output, request: dict[str, Any], ids: Mark
             continue
         else:
             r_text = delta.text
-        if server == "vllm" and c_text is not None:
+        if server == "vllm-legacy" and c_text is not None:
             # The content filter runs per delta: whitespace-only steps vanish, and the
             # placeholder only goes when one step holds all of it.
             c_text = _clean_no_content(c_text)
