@@ -27,6 +27,7 @@ The request side (`render_prompt_text`) restates 0.32's message preprocessing an
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -293,13 +294,13 @@ def parse(out: Output, ids: Sequence[int], request: dict[str, Any], vocab: Vocab
 # The reasoning pass, text mode (every non-streamed answer)
 
 
-def _literal_pattern(vocab: Vocabulary) -> re.Pattern[str]:
+@functools.lru_cache(maxsize=8)
+def _literal_pattern(drops: frozenset[str]) -> re.Pattern[str]:
     # The engine's lexer takes the longest terminal at the leftmost place it can; no terminal
     # holds another's first character past its own start, so one alternation, longest first,
     # finds the same pieces. Terminals that never change the text in CONTENT/REASONING
     # (`</tool_call>`, `<function=`, `>`, ...) are left out: they are passed through as text.
-    literals = sorted({THINK, THINK_END, TOOL_CALL, *vocab.drops.values()}, key=len,
-                      reverse=True)
+    literals = sorted({THINK, THINK_END, TOOL_CALL, *drops}, key=len, reverse=True)
     return re.compile("|".join(re.escape(s) for s in literals))
 
 
@@ -318,8 +319,8 @@ def split_reasoning(text: str, vocab: Vocabulary) -> tuple[str | None, str | Non
     content: list[str] = []
     in_reasoning = True
     pos = 0
-    drops = set(vocab.drops.values())
-    for match in _literal_pattern(vocab).finditer(text):
+    drops = frozenset(vocab.drops.values())
+    for match in _literal_pattern(drops).finditer(text):
         (reasoning if in_reasoning else content).append(text[pos:match.start()])
         pos = match.end()
         literal = match.group()
