@@ -2,10 +2,10 @@
 found by `registry.get_server`): the emulator decides what the model says (textgen, seeded by
 the request), the format says how that becomes ids and what the server's parsers return.
 
-Profiles: `vllm-hermes` (a vLLM server with the format's parsers, `reasoning` field) and
-`openrouter` (the same upstream behind OpenRouter: its `reasoning` request switch, response
-fields and usage with cost). The body and stream framing are the emulator's own
-(`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
+Profiles: `vllm-hermes` (a vLLM server with the format's parsers, `reasoning` field; for Qwen3
+vLLM 0.32), `openrouter` (a vLLM upstream behind OpenRouter: its `reasoning` request switch,
+response fields and usage with cost) and `sglang`. The body and stream framing are the
+emulator's own (`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
 """
 
 from __future__ import annotations
@@ -61,15 +61,13 @@ def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], k
         server = server.for_profile(config.profile)
     answer = server.answer(request, reasoning=reasoning, content=content, calls=calls,
                            max_tokens=max_tokens)
-    # vLLM's random ids: `chatcmpl-tool-` + uuid4 hex (drawn from the seeded rng here).
+    # The server's random ids (vLLM 0.32: `chatcmpl-tool-` + 16 hex digits), drawn from the
+    # seeded rng here.
     out_calls = tuple(OutCall(server.call_id(rng.getrandbits(128)) if hasattr(
         server, "call_id") else f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
                       for name, args in answer.calls)
     message = Message(answer.reasoning, answer.content, out_calls, answer.finish_reason)
-    think_end = server.markers.think_end
-    reasoning_tokens = answer.ids.index(think_end) + 1 if think_end in answer.ids else (
-        len(answer.ids) if answer.reasoning is not None and answer.content is None else 0)
-    return (message, ServedView(tuple(answer.ids), reasoning_tokens),
+    return (message, ServedView(tuple(answer.ids), answer.reasoning_tokens),
             ServedGeneration(tuple(answer.prompt_ids)))
 
 

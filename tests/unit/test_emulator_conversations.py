@@ -233,8 +233,10 @@ def test_a_qwen3_conversation_is_answered_too(conversations, profile):
             assert message["content"] == "\n\n" + expected, (profile, position)
         else:
             assert _sorted(_calls_of(message)) == _sorted(expected), (profile, position)
-            # Each server's own random ids (vLLM: chatcmpl-tool-<32 hex>, SGLang: call_<24 hex>).
-            form = r"call_[0-9a-f]{24}" if profile == "sglang" else r"chatcmpl-tool-[0-9a-f]{32}"
+            # Each server's own random ids: vLLM 0.32 `chatcmpl-tool-` + 16 hex digits
+            # (`utils.random_uuid`), the earlier vLLM behind OpenRouter 32, SGLang call_<24 hex>.
+            form = {"sglang": r"call_[0-9a-f]{24}", "openrouter": r"chatcmpl-tool-[0-9a-f]{32}",
+                    "vllm-hermes": r"chatcmpl-tool-[0-9a-f]{16}"}[profile]
             assert all(re.fullmatch(form, c["id"]) for c in message["tool_calls"])
         assert message.get(field)
         sample = reconstruct("s", request, body, QWEN,

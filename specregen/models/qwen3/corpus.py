@@ -40,17 +40,7 @@ from specregen.emulator.profiles import (
 from specregen.emulator.served import ServedGeneration, ServedView
 from specregen.models.chat_format import RealCase
 from specregen.models.qwen3.served import Qwen3Server
-from specregen.models.qwen3.servers import (
-    MarkerIds,
-    RequestError,
-    decode_output,
-    encode_prompt,
-    parse,
-    sglang_decode_output,
-    sglang_encode_prompt,
-    sglang_parse,
-    sglang_stream,
-)
+from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.tokenizer import Tokenizer
 
@@ -294,7 +284,8 @@ def random_request(rng: random.Random, index: int) -> dict[str, Any]:
     messages.append({"role": "user", "content": f"{question} (#{index})"})
     if request.get("tools") and rng.random() < 0.25:
         # A tool loop: the answer comes after a call and its result (the template keeps the
-        # earlier turn's think block; vLLM's stream then sends everything as content).
+        # earlier turn's think block; the earlier vLLM restatement, OpenRouter's upstream,
+        # then streams everything as content; vLLM 0.32 stops its prompt check at the turn).
         name = request["tools"][0]["function"]["name"]
         call = {"id": f"call_{index}", "type": "function",
                 "function": {"name": name, "arguments": json.dumps(
@@ -339,31 +330,15 @@ def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[
     `Qwen3Server.answer` after `model_ids`, then `served_reply`'s message, then the emulator's
     `response_body` / `stream_frames` and the client's SSE assembly."""
     server = server.for_profile(profile)
-    upstream = server.upstream_request(request)
-    prompt = (sglang_encode_prompt(upstream, server.tok) if server.family == "sglang"
-              else encode_prompt(upstream, server.tok))
-    at_calls = None
-    if server.family == "sglang":
-        out = sglang_decode_output(ids, server.tok, truncated)
-        if stream:
-            streamed = sglang_stream(out, upstream)
-            parsed, at_calls = streamed.parsed, streamed.content_at_calls
-        else:
-            parsed = sglang_parse(out, upstream)
-    else:
-        out = decode_output(ids, server.tok, truncated)
-        parsed = parse(out, upstream, MarkerIds.of(server.tok), stream=stream,
-                       prompt_ids=prompt)
+    served = server.serve_ids(server.upstream_request(request), ids, truncated, stream)
+    parsed = served.parsed
     rng = random.Random(index)
     calls = tuple(OutCall(server.call_id(rng.getrandbits(128)), c.name, c.arguments)
                   for c in parsed.calls)
     message = Message(parsed.reasoning, parsed.content, calls, parsed.finish_reason,
-                      content_at_calls=at_calls or None)
-    think_end = server.markers.think_end
-    reasoning_tokens = ids.index(think_end) + 1 if think_end in ids else (
-        len(ids) if parsed.reasoning is not None and parsed.content is None else 0)
-    view = ServedView(tuple(ids), reasoning_tokens)
-    gen = ServedGeneration(tuple(prompt))
+                      content_at_calls=served.content_at_calls or None)
+    view = ServedView(tuple(ids), served.reasoning_tokens)
+    gen = ServedGeneration(tuple(served.prompt))
     spec = PROFILE_SPECS[profile]  # type: ignore[index]
     meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
                         provider="emulator", price_prompt=0.0, price_completion=0.0)

@@ -3,13 +3,19 @@
 
 The emulator decides WHAT the model writes (reasoning, content, calls as argument objects);
 this module says how Qwen3 writes it as ids (`servers.model_ids`, segment by segment, written
-independently of `format.Qwen3.assemble`) and what the server returns for those ids
-(`servers.decode_output` + `servers.parse`). The prompt is the server's rendering of the request
-(`servers.encode_prompt`: vLLM's message preprocessing, then the Jinja template).
+independently of `format.Qwen3.assemble`) and what the server returns for those ids.
 
-Dialects: a vLLM request switches thinking with `chat_template_kwargs.enable_thinking`; an
-OpenRouter request with `reasoning` (enabled / effort), which the router turns into the
-upstream's switch -- `upstream_request` does that translation.
+Families (the parsers a profile runs, `Qwen3Server.for_profile`):
+
+* `vllm` (profile `vllm-hermes`): vLLM 0.32 (`vllm.py`, docs/vllm-0.32.md (B)), held against
+  the real server (bench/real_vllm.py): its prompt rendering, parsers, ids and usage count.
+* `vllm-legacy` (profile `openrouter`, vLLM behind the router): the earlier restatement of
+  vLLM's parsers (`servers.parse`, docs/qwen3.md), kept as it was for OpenRouter.
+* `sglang` (profile `sglang`): `servers.sglang_*`.
+
+Dialects: a vLLM request switches thinking with `chat_template_kwargs.enable_thinking` (0.32
+also with `reasoning_effort`); an OpenRouter request with `reasoning` (enabled / effort), which
+the router turns into the upstream's switch -- `upstream_request` does that translation.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.models.chat_format import ScriptedAnswer, ServedCall, ServedMessage
+from specregen.models.qwen3 import vllm
 from specregen.models.qwen3.servers import (
     MarkerIds,
+    Parsed,
     decode_output,
     encode_prompt,
     model_ids,
@@ -36,6 +44,8 @@ from specregen.models.qwen3.servers import (
 from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import dialect_thinking
 
+FAMILIES = ("vllm", "vllm-legacy", "sglang")
+
 
 @dataclass(frozen=True)
 class ServedAnswer:
@@ -47,38 +57,57 @@ class ServedAnswer:
     content: str | None
     calls: tuple[tuple[str, str], ...]  # (name, arguments text) as the server returns them
     finish_reason: str
+    reasoning_tokens: int  # the usage's `completion_tokens_details.reasoning_tokens`
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    prompt: list[int]
+    parsed: Parsed
+    reasoning_tokens: int
+    content_at_calls: tuple[int, ...] | None
 
 
 class Qwen3Server:
-    """The served side of the qwen3 format over a tokenizer (`family`: "vllm", the default, or
-    "sglang")."""
+    """The served side of the qwen3 format over a tokenizer (`family`: one of `FAMILIES`;
+    "vllm", vLLM 0.32, by default)."""
 
     format_name = "qwen3"
     # Where vLLM (>= 0.10) and OpenRouter put the reasoning text.
     reasoning_field = "reasoning"
 
     def __init__(self, tokenizer: Tokenizer, family: str = "vllm") -> None:
+        if family not in FAMILIES:
+            raise ValueError(f"unknown Qwen3 server family {family!r}")
         self.tok = tokenizer
         self.markers = MarkerIds.of(tokenizer)
+        self.vocab = vllm.Vocabulary.of(tokenizer)
         self.family = family
         if family == "sglang":
             self.reasoning_field = "reasoning_content"
 
     def for_profile(self, profile: str) -> Qwen3Server:
-        """The server an emulator profile runs: `sglang` is SGLang, every other one vLLM."""
-        family = "sglang" if profile == "sglang" else "vllm"
+        """The server an emulator profile runs: `sglang` is SGLang, `openrouter` the earlier
+        vLLM restatement behind the router, every other one (`vllm-hermes`) vLLM 0.32."""
+        family = {"sglang": "sglang", "openrouter": "vllm-legacy"}.get(profile, "vllm")
         return self if family == self.family else Qwen3Server(self.tok, family)
 
     def call_id(self, bits: int) -> str:
-        """A tool-call id as the server makes it from 128 random bits: vLLM
-        `chatcmpl-tool-<uuid4 hex>`, SGLang `call_<uuid4 hex[:24]>`."""
+        """A tool-call id as the server makes it from 128 random bits: vLLM 0.32
+        `chatcmpl-tool-` + 16 hex digits, the earlier vLLM `chatcmpl-tool-<uuid4 hex>`, SGLang
+        `call_<uuid4 hex[:24]>`."""
         if self.family == "sglang":
             return f"call_{bits:032x}"[:29]
+        if self.family == "vllm":
+            return vllm.call_id(bits)
         return f"chatcmpl-tool-{bits:032x}"
 
     def upstream_request(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request as the vLLM server behind the API sees it: a dialect's thinking switch
-        becomes the template's `enable_thinking`."""
+        becomes the template's `enable_thinking`. A vLLM server asked directly (`vllm`) reads
+        only its own fields (`chat_template_kwargs`, `reasoning_effort`): the request as is."""
+        if self.family == "vllm":
+            return request
         kwargs = template_kwargs(request)
         if "enable_thinking" in kwargs:
             return request
@@ -88,14 +117,47 @@ class Qwen3Server:
         return {**request, "chat_template_kwargs": {**kwargs, "enable_thinking": thinking}}
 
     def thinking(self, request: dict[str, Any]) -> bool:
-        """Whether the model thinks for this request (the template's default: on)."""
-        return template_kwargs(self.upstream_request(request)).get("enable_thinking") \
-            is not False
+        """Whether the model thinks for this request: the template's switch (on unless
+        `enable_thinking` is exactly false)."""
+        upstream = self.upstream_request(request)
+        kwargs = (vllm.template_kwargs(upstream) if self.family == "vllm"
+                  else template_kwargs(upstream))
+        return kwargs.get("enable_thinking") is not False
 
     def arguments_text(self, arguments: Any) -> str:
         """Arguments as Qwen3 writes them: the template shows `tojson` output, so the model
         writes `json.dumps` form."""
         return json.dumps(arguments, ensure_ascii=False)
+
+    def encode_prompt(self, request: dict[str, Any]) -> list[int]:
+        """The prompt ids the server renders for `request` (after `upstream_request`)."""
+        if self.family == "sglang":
+            return sglang_encode_prompt(request, self.tok)
+        if self.family == "vllm":
+            return vllm.encode_prompt(request, self.tok)
+        return encode_prompt(request, self.tok)
+
+    def serve_ids(self, request: dict[str, Any], ids: Sequence[int], truncated: bool,
+                  stream: bool) -> _Served:
+        """What this family returns when the model wrote `ids` (cut by `max_tokens` when
+        `truncated`) for the upstream `request`."""
+        prompt = self.encode_prompt(request)
+        at_calls = None
+        if self.family == "sglang":
+            out = sglang_decode_output(ids, self.tok, truncated)
+            if stream:
+                streamed = sglang_stream(out, request)
+                parsed, at_calls = streamed.parsed, streamed.content_at_calls
+            else:
+                parsed = sglang_parse(out, request)
+            return _Served(prompt, parsed, _legacy_reasoning_tokens(ids, parsed, self.markers),
+                           at_calls)
+        out = decode_output(ids, self.tok, truncated)
+        if self.family == "vllm":
+            answer = vllm.parse(out, ids, request, self.vocab, stream=stream, prompt_ids=prompt)
+            return _Served(prompt, answer.parsed, answer.reasoning_tokens, None)
+        parsed = parse(out, request, self.markers, stream=stream, prompt_ids=prompt)
+        return _Served(prompt, parsed, _legacy_reasoning_tokens(ids, parsed, self.markers), None)
 
     def answer(self, request: dict[str, Any], *, reasoning: str, content: str,
                calls: Sequence[tuple[str, Any]], max_tokens: int | None = None
@@ -104,28 +166,21 @@ class Qwen3Server:
         argument object); the server renders the prompt and parses the ids back."""
         upstream = self.upstream_request(request)
         stream = request.get("stream") is True
-        prompt = (sglang_encode_prompt(upstream, self.tok) if self.family == "sglang"
-                  else encode_prompt(upstream, self.tok))
         written = [(name, self.arguments_text(args)) for name, args in calls]
         ids = model_ids(self.tok, reasoning=reasoning if self.thinking(request) else None,
                         content=content, calls=written)
         truncated = max_tokens is not None and len(ids) > max_tokens
         if truncated:
             ids = ids[:max_tokens]
-        if self.family == "sglang":
-            out = sglang_decode_output(ids, self.tok, truncated)
-            # In the template's layout the restated stream sends content only before the first
-            # call (`StreamParsed.content_at_calls`): the order the emulator's frames use.
-            parsed = sglang_stream(out, upstream).parsed if stream else sglang_parse(out, upstream)
-        else:
-            out = decode_output(ids, self.tok, truncated)
-            parsed = parse(out, upstream, self.markers, stream=stream, prompt_ids=prompt)
+        # In the template's layout the restated SGLang stream sends content only before the
+        # first call (`StreamParsed.content_at_calls`): the order the emulator's frames use.
+        served = self.serve_ids(upstream, ids, truncated, stream)
+        parsed = served.parsed
         return ServedAnswer(
-            prompt_ids=prompt, ids=list(ids), reasoning=parsed.reasoning,
+            prompt_ids=served.prompt, ids=list(ids), reasoning=parsed.reasoning,
             content=parsed.content,
             calls=tuple((c.name, c.arguments) for c in parsed.calls),
-            finish_reason=parsed.finish_reason)
-
+            finish_reason=parsed.finish_reason, reasoning_tokens=served.reasoning_tokens)
 
     def answer_ids(self, spec: Any, request: dict[str, Any], ids: Sequence[int],
                    max_tokens: int | None, stream: bool, seed: int = 0) -> ScriptedAnswer:
@@ -134,29 +189,23 @@ class Qwen3Server:
         server = self.for_profile(spec.name)
         upstream = server.upstream_request(request)
         cut = list(ids[:max_tokens]) if max_tokens is not None else list(ids)
-        truncated = len(cut) < len(ids)
-        at_calls = None
-        if server.family == "sglang":
-            prompt = sglang_encode_prompt(upstream, server.tok)
-            out = sglang_decode_output(cut, server.tok, truncated)
-            if stream:
-                streamed = sglang_stream(out, upstream)
-                parsed, at_calls = streamed.parsed, streamed.content_at_calls
-            else:
-                parsed = sglang_parse(out, upstream)
-        else:
-            prompt = encode_prompt(upstream, server.tok)
-            out = decode_output(cut, server.tok, truncated)
-            parsed = parse(out, upstream, server.markers, stream=stream, prompt_ids=prompt)
+        served = server.serve_ids(upstream, cut, len(cut) < len(ids), stream)
+        parsed = served.parsed
         rng = random.Random(seed)
         calls = tuple(ServedCall(server.call_id(rng.getrandbits(128)), c.name, c.arguments)
                       for c in parsed.calls)
         message = ServedMessage(parsed.reasoning, parsed.content, calls, parsed.finish_reason,
-                                content_at_calls=at_calls or None)
-        think_end = server.markers.think_end
-        reasoning_tokens = cut.index(think_end) + 1 if think_end in cut else (
-            len(cut) if parsed.reasoning is not None and parsed.content is None else 0)
-        return ScriptedAnswer(message, tuple(cut), reasoning_tokens, tuple(prompt))
+                                content_at_calls=served.content_at_calls or None)
+        return ScriptedAnswer(message, tuple(cut), served.reasoning_tokens,
+                              tuple(served.prompt))
+
+
+def _legacy_reasoning_tokens(ids: Sequence[int], parsed: Parsed, markers: MarkerIds) -> int:
+    """The reasoning share the earlier restatement reports (OpenRouter, SGLang): the ids up to
+    and including `</think>`, else all of them when everything is reasoning."""
+    if markers.think_end in ids:
+        return list(ids).index(markers.think_end) + 1
+    return len(ids) if parsed.reasoning is not None and parsed.content is None else 0
 
 
 def make_server(tokenizer: Tokenizer) -> Qwen3Server:
