@@ -65,9 +65,10 @@ from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import reasoning_excluded, thinking_from_request
 from specregen.records import Completion, ProviderTraits, ToolCall
 
-# What servers put in `id`; never model-written. vLLM: `chatcmpl-tool-` + uuid4 hex (random id
-# mode); OpenAI-compatible routers: `call_` + alphanumerics.
-SERVER_TOOL_ID = re.compile(r"^(?:chatcmpl-tool-[0-9a-f]{24,32}|call_[0-9A-Za-z_-]+)$")
+# What servers put in `id`; never model-written. vLLM: `chatcmpl-tool-` + hex (0.32: the low 64
+# bits of a uuid4, 16 digits; earlier: the whole uuid4, 32); OpenAI-compatible routers: `call_` +
+# alphanumerics.
+SERVER_TOOL_ID = re.compile(r"^(?:chatcmpl-tool-[0-9a-f]{16,32}|call_[0-9A-Za-z_-]+)$")
 TOOL_ID_IN_TOKENS = False
 # The chat_template_kwargs key that turns thinking on/off (vLLM, SGLang): `enable_thinking`.
 THINKING_SWITCH = "enable_thinking"
