@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from specregen.console import make_console
 
 app = typer.Typer(
     name="specregen",
@@ -15,7 +16,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 @app.callback()
@@ -254,7 +255,8 @@ def open_reconstruct_input(source: str):
         with handle:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield f"line {number}", line
+                    # Without its newline: a JSON error then names the column in the line.
+                    yield f"line {number}", line.rstrip("\r\n")
 
     return lines()
 
@@ -272,7 +274,7 @@ def print_reconstruct_summary(summary, out: Path) -> None:
         for key, count in sorted(counter.items()):
             table.add_row(name, key, str(count))
     table.add_row("tokens", "completion", str(summary.completion_tokens))
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command()
@@ -340,7 +342,7 @@ def print_pipeline_results(results: list[dict]) -> None:
             str(r.get("dataset")), str(r.get("outcome")), str(gate.get("accepted", "-")),
             str(gate.get("quarantined", "-")), str(r.get("cost_usd", "-")),
         )
-    out = Console()
+    out = make_console()
     out.print(table)
     for r in results:
         if r.get("outcome") == "skipped":

@@ -27,6 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specregen.console import make_console
 from specregen.errors import (
     EXIT_AUTH,
     EXIT_BUDGET,
@@ -58,7 +59,9 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
     try:
         row = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise PromptLineError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+        # The character offset in the line: `colno` restarts after the line's own newline,
+        # so a line cut short would be reported at "column 1".
+        raise PromptLineError(f"not JSON ({exc.msg} at column {exc.pos + 1})") from None
     except ValueError as exc:  # NaN / Infinity: Python's json takes them, no server does
         raise PromptLineError(f"not JSON ({exc})") from None
     if not isinstance(row, dict):
@@ -228,7 +231,7 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
     from specregen.client.config import EndpointConfig
     from specregen.client.secrets import ApiKey
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     config = opts["config"]
     data = _config_file(config, console) if config is not None else {}
     overrides = {
@@ -415,6 +418,12 @@ def _run(
         lease.release()
     if summary is not None:
         _print_summary(summary, out)
+        if code == EXIT_OK and checked.rejects and not checked.prompts:
+            raise UsageError(
+                f"every line of {prompts_path} was rejected ({len(checked.rejects)} line(s),"
+                " each named above with its reason); nothing was sent",
+                hint="each line must be a JSON object with 'sample_id' and 'messages'",
+            )
         if code == EXIT_OK and summary.stopped_reason == "budget":
             console.print(f"[yellow]stopped:[/yellow] budget of ${cfg.budget_usd:g} reached")
             code = EXIT_BUDGET
@@ -500,11 +509,11 @@ def _lease_lost(out: str) -> Exception:
 
 
 def _route_warnings(console: Console) -> None:
-    from rich.logging import RichHandler
+    from specregen.console import log_handler
 
     logger = logging.getLogger("specregen")
     if not logger.handlers:
-        handler = RichHandler(console=console, show_path=False, rich_tracebacks=False)
+        handler = log_handler(console)
         handler.setLevel(logging.WARNING)
         logger.addHandler(handler)
 
@@ -541,4 +550,4 @@ def _print_summary(summary: Any, out: str) -> None:
         table.add_row(f"error: {name}", str(count))
     if summary.stopped_reason:
         table.add_row("stopped", summary.stopped_reason)
-    Console().print(table)
+    make_console().print(table)

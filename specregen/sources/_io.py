@@ -246,7 +246,9 @@ def iter_jsonl(stream: IO[bytes], name: str) -> Iterator[SourceRow]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError as err:
-            yield SourceRow(label, error=f"line is not valid JSON: {err}", raw=text)
+            # The offset in the line itself (`err.colno` restarts after a trailing newline).
+            yield SourceRow(label, error=f"line is not valid JSON: {err.msg} at column"
+                            f" {err.pos + 1}", raw=text)
             continue
         yield SourceRow(label, value=value)
 
