@@ -122,7 +122,9 @@ def test_a_config_with_a_wrong_field_fails_before_any_request(emulator, tmp_path
     before = emulator.stats()["chat_requests"]
     result = CliRunner().invoke(app, ["run", "--config", str(path)])
     assert result.exit_code == 2
-    assert "datasets.0.adapterr" in result.output
+    # The dataset by its name, and the nearest field to the typo (issue 21).
+    said = " ".join(result.output.split())
+    assert "datasets[B1_glaive].adapterr: unknown field (did you mean 'adapter'?)" in said
     assert "endpoint.sampling.max_tokens" in result.output
     assert emulator.stats()["chat_requests"] == before
 
