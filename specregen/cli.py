@@ -285,7 +285,10 @@ def demo(
     keep_server: Annotated[
         bool, typer.Option(help="Leave the Prefect server running for the UI")
     ] = False,
-    port: Annotated[int, typer.Option(help="Port of the local Prefect server")] = 4200,
+    port: Annotated[
+        int, typer.Option(envvar="PREFECT_SERVER_API_PORT",
+                          help="Port of the local Prefect server (infra/env.sh's variable)")
+    ] = 4200,
 ) -> None:
     """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
     from flows.demo import run_demo

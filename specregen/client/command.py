@@ -6,12 +6,13 @@ the prompts file is decoded, parsed, built, fingerprinted and checked against th
 length (specregen.client.preflight). A bad line is a reject (line and reason in the summary and
 in the raw log's `rejects-*.jsonl`); the others are sent.
 
-Exit codes (specregen.errors; README): 0 every sample answered (rejected lines and skipped
-samples aside), 1 internal error (a bug), 2 bad usage (options, config, prompts file,
-tokenizer), 3 authentication (missing or refused key, no credits: the message names the key's
-variable), 4 stopped by the budget, 5 storage (output not writable, raw log failed, no storage
-credentials), 6 some samples failed permanently (rerun with --retry-failed), 7 another writer
-holds the output, 130 interrupted.
+Exit codes (specregen.errors; docs/exit-codes.md): 0 every sample answered (rejected lines and
+skipped samples aside), 1 internal error (a bug), 2 bad usage (options, config, prompts file,
+every line rejected, tokenizer), 3 authentication (missing or refused key, no credits: the
+message names the key's variable), 4 stopped by the budget, 5 storage (output not writable, raw
+log failed, no storage credentials), 6 some samples failed permanently (rerun with
+--retry-failed), 7 another writer holds the output, 9 the endpoint cannot be reached,
+130 interrupted.
 """
 
 from __future__ import annotations

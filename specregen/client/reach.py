@@ -49,9 +49,11 @@ def unreachable_error(base_url: str, detail: str | None) -> EndpointUnreachableE
     else:
         hint = ("check the URL (endpoint.base_url in the config, --base-url), that the server "
                 "runs, and the DNS name, proxy and firewall between here and it")
+    # What to check is part of the message, not a separate hint: a Prefect run's state and
+    # log show the message alone, and they must say it too.
     return EndpointUnreachableError(
         f"cannot reach the endpoint {url}: {detail or 'no connection'}; nothing was sent and"
-        " no attempt was counted", hint=hint)
+        f" no attempt was counted -- {hint}")
 
 
 def _host_port(url: str) -> tuple[str | None, int | None]:
