@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_table_artifact
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
@@ -14,6 +13,7 @@ from flows.dataset import dataset_flow
 from specregen.config import load_config
 from specregen.errors import EXIT_PARTIAL, PartialFailureError, SpecregenError, UsageError
 from specregen.pipeline.publish import GateFailedError
+from tasks.artifacts import atable_artifact
 
 DATASET_DEPLOYMENT = "dataset/{dataset}"
 _STATE_PREFIX = "Flow run encountered an exception: "
@@ -137,7 +137,7 @@ async def pipeline_flow(
         return {"dataset": name, "outcome": "failed", "error": cause, "exit_code": code}
 
     results = await asyncio.gather(*(one(name) for name in names))
-    await acreate_table_artifact(
+    await atable_artifact(
         [{"dataset": r.get("dataset"), "outcome": r.get("outcome"),
           "accepted": r.get("gate", {}).get("accepted"),
           "quarantined": r.get("gate", {}).get("quarantined"),
