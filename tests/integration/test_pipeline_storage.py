@@ -129,6 +129,38 @@ def test_a_config_with_a_wrong_field_fails_before_any_request(emulator, tmp_path
     assert emulator.stats()["chat_requests"] == before
 
 
+def test_the_demo_config_without_its_emulator_says_how_to_start_it(prefect_server, tmp_path):
+    """Issue 21: `specregen run --config configs/demo.yaml` with nothing on the emulator's port
+    fails every dataset at once with the unreachable code, naming the URL and the emulator
+    command for that port; nothing is requested or recorded."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL
+
+    from specregen.errors import EXIT_UNREACHABLE
+
+    with socket.socket() as sock:  # the demo's 8765 may be taken here: any closed port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    assert config["endpoint"]["base_url"] == "http://127.0.0.1:8765/api/v1"
+    config["endpoint"]["base_url"] = f"http://127.0.0.1:{port}/api/v1"
+    config["storage"] = str(tmp_path / "store")
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["run", "--config", str(path)],
+                                env={"PREFECT_API_URL": PREFECT_API_URL.value()})
+    assert result.exit_code == EXIT_UNREACHABLE, result.output
+    said = " ".join(result.output.split())
+    assert f"cannot reach the endpoint http://127.0.0.1:{port}/api/v1" in said
+    assert f"specregen emulator --port {port}" in said
+    assert all(d["name"] in said for d in config["datasets"])  # each dataset's failure
+    assert time.monotonic() - started < 120  # the temporary flow runs, not 27 s per sample
+    assert not list(RawLog(str(tmp_path / "store" / "B2_opencodeinstruct" / "rawlog"))
+                    .iter_records())
+
+
 def test_a_run_killed_midway_completes_without_paying_twice(prefect_server, tmp_path):
     n, concurrency = 160, 8
     rows = [{"id": f"m{i}", "messages": [{"role": "system", "content": "Be brief."},
