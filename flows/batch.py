@@ -54,8 +54,8 @@ async def infer_in_batches(
         open_ids = sorted(i for r in results for i in r.get("open_batches") or ())
         if not open_ids:
             await amarkdown_artifact(cost_markdown(dataset, list(results)),
-                                            key=artifact_key(dataset, "cost"),
-                                            description=f"{dataset}: cost view (batch mode)")
+                                     key=artifact_key(dataset, "cost"),
+                                     description=f"{dataset}: cost view (batch mode)")
             return list(results)
         logger.info("%s: %d batches running; waiting", dataset, len(open_ids))
         if _deployed():

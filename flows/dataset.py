@@ -153,8 +153,8 @@ async def _dataset_chain(config_path: str, dataset: str) -> dict:
     if end.outcome == "published":
         summary.update(published=end.published)
     await amarkdown_artifact(summary_markdown(summary),
-                                    key=artifact_key(dataset, "summary"),
-                                    description=f"Run summary of {dataset}")
+                             key=artifact_key(dataset, "summary"),
+                             description=f"Run summary of {dataset}")
     return summary
 
 

@@ -22,6 +22,6 @@ async def probe_flow(config_path: str) -> dict:
     lines += ["", f"{profile['probe_requests']} requests, ${profile['probe_cost_usd']:.6f}"]
     lines += ["", *[f"- {note}" for note in profile.get("notes", [])]]
     await amarkdown_artifact("\n".join(lines) + "\n", key="provider-probe",
-                                    description="How the endpoint returns tool calls")
+                             description="How the endpoint returns tool calls")
     get_run_logger().info("probe: tool calls recoverable by mode: %s", recoverable)
     return profile

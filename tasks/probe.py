@@ -47,7 +47,7 @@ async def probe_stage_task(config_path: str, dataset: str) -> dict:
                     outcome.cost_usd)
     if outcome.status != "not_needed":
         await amarkdown_artifact(probe_markdown(outcome), key=artifact_key(dataset, "probe"),
-                                        description=f"{dataset}: the endpoint probe")
+                                 description=f"{dataset}: the endpoint probe")
     if outcome.refusal is not None:
         raise ProbeRefusal(outcome.refusal)
     return outcome.summary()
