@@ -58,10 +58,10 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
     `turns` ("first" / "all") overrides the line's own (`specregen infer --turns all`). A whole
     conversation is checked the way the engine will walk it (the reason names the message)."""
     try:
-        row = json.loads(line, parse_constant=_no_constant)
+        # Without the line's own newline: a line cut short would be reported at "line 2,
+        # column 1", after it, instead of where it ends.
+        row = json.loads(line.rstrip("\r\n"), parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        # The character offset in the line: `colno` restarts after the line's own newline,
-        # so a line cut short would be reported at "column 1".
         raise PromptLineError(f"not JSON ({exc.msg} at column {exc.pos + 1})") from None
     except ValueError as exc:  # NaN / Infinity: Python's json takes them, no server does
         raise PromptLineError(f"not JSON ({exc})") from None
