@@ -100,13 +100,14 @@ class Page:
             self.events.append(message)
             del self.events[:-200]
 
-    def open(self, path: Path, *, width: int = 1400, height: int = 900) -> float:
-        """Load a local file; returns seconds from navigation to the load event."""
+    def open(self, path: Path | str, *, width: int = 1400, height: int = 900) -> float:
+        """Load a local file (or a URL: a page of a server on loopback); returns seconds from
+        navigation to the load event."""
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
         self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
                   deviceScaleFactor=1, mobile=False)
-        self.page_url = path.resolve().as_uri()
+        self.page_url = path if isinstance(path, str) else path.resolve().as_uri()
         self.events.clear()
         start = time.perf_counter()
         self.call("Page.navigate", url=self.page_url)
@@ -121,6 +122,16 @@ class Page:
             raise RuntimeError(details.get("exception", {}).get("description")
                                or details.get("text"))
         return result.get("result", {}).get("value")
+
+    def wait_for_text(self, text: str, timeout: float = 30.0) -> str:
+        """The page's text once it contains `text` (a page that renders after loading, such as
+        a single-page app); the last text seen, when it never does."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self.evaluate("document.body ? document.body.innerText : ''") or ""
+            if text in seen or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.3)
 
     def screenshot(self, out: Path, *, full_page: bool = False) -> Path:
         params: dict[str, Any] = {"format": "png"}

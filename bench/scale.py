@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 from flows.server import TELEMETRY_OFF, free_port, healthy, using_api  # noqa: E402
 from specregen.procs import guarded_command  # noqa: E402
 
-DATASETS = ("B1_glaive", "B2_opencodeinstruct", "B3_magicoder")  # deployments/prefect.yaml
+DATASETS = ("B1_glaive", "B2_opencodeinstruct", "B3_magicoder")  # deployed by infra/deploy.sh
 
 
 # --- the provider's limit, in front of the emulator ----------------------------------------------

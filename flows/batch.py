@@ -22,11 +22,12 @@ import hashlib
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_markdown_artifact, aupdate_progress_artifact
+from prefect.artifacts import aupdate_progress_artifact
 
 from specregen.config import load_config
 from specregen.errors import OutputBusyError
 from specregen.pipeline.run import dataset_lease
+from tasks.artifacts import amarkdown_artifact
 from tasks.batch import batch_chunk_task
 from tasks.common import dataset_run
 from tasks.gate import artifact_key
@@ -52,9 +53,9 @@ async def infer_in_batches(
                                             description=f"{dataset}: {text}")
         open_ids = sorted(i for r in results for i in r.get("open_batches") or ())
         if not open_ids:
-            await acreate_markdown_artifact(cost_markdown(dataset, list(results)),
-                                            key=artifact_key(dataset, "cost"),
-                                            description=f"{dataset}: cost view (batch mode)")
+            await amarkdown_artifact(cost_markdown(dataset, list(results)),
+                                     key=artifact_key(dataset, "cost"),
+                                     description=f"{dataset}: cost view (batch mode)")
             return list(results)
         logger.info("%s: %d batches running; waiting", dataset, len(open_ids))
         if _deployed():

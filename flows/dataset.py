@@ -6,11 +6,7 @@ import asyncio
 import time
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import (
-    acreate_markdown_artifact,
-    acreate_progress_artifact,
-    aupdate_progress_artifact,
-)
+from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
 from prefect.runtime import flow_run as prefect_flow_run
 
 from flows.chunks import reconstruct_chunks
@@ -21,6 +17,7 @@ from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.run import dataset_lease, summarize
 from specregen.store.lease import DEFAULT_TTL
 from specregen.store.manifest import read_manifest
+from tasks.artifacts import amarkdown_artifact
 from tasks.check import check_before_paying_task
 from tasks.common import dataset_run
 from tasks.gate import artifact_key, gate_task
@@ -110,7 +107,10 @@ class FlowSteps:
             async with window:
                 result = await infer_chunk_task(config_path, dataset, k, infer_fp)
             finished += 1
-            await aupdate_progress_artifact(progress, 100.0 * finished / max(1, chunks))
+            # The numbers in the description too: the artifact's key page shows only that.
+            await aupdate_progress_artifact(
+                progress, 100.0 * finished / max(1, chunks),
+                description=f"{dataset}: {finished} of {chunks} chunks answered")
             return result
 
         return list(await asyncio.gather(*(infer(k) for k in range(chunks))))
@@ -152,9 +152,9 @@ async def _dataset_chain(config_path: str, dataset: str) -> dict:
     summary.update(outcome=end.outcome)
     if end.outcome == "published":
         summary.update(published=end.published)
-    await acreate_markdown_artifact(summary_markdown(summary),
-                                    key=artifact_key(dataset, "summary"),
-                                    description=f"Run summary of {dataset}")
+    await amarkdown_artifact(summary_markdown(summary),
+                             key=artifact_key(dataset, "summary"),
+                             description=f"Run summary of {dataset}")
     return summary
 
 

@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_table_artifact
 from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run
 
 from flows.dataset import dataset_flow
 from specregen.config import load_config
-from specregen.errors import EXIT_PARTIAL, PartialFailureError, SpecregenError
+from specregen.errors import EXIT_PARTIAL, PartialFailureError, SpecregenError, UsageError
 from specregen.pipeline.publish import GateFailedError
+from tasks.artifacts import atable_artifact
 
 DATASET_DEPLOYMENT = "dataset/{dataset}"
 _STATE_PREFIX = "Flow run encountered an exception: "
 # How long a parent waits for a crashed child to be scheduled again (the automation reacts
 # within seconds).
 RERUN_GRACE_S = 60.0
+
+
+class MissingDeploymentError(UsageError):
+    """A dataset of the config has no `dataset/<NAME>` deployment on the server."""
 
 
 class DatasetsFailedError(PartialFailureError):
@@ -89,14 +94,26 @@ async def pipeline_flow(
 
     async def one(name: str) -> dict:
         if use_deployments:
-            run = await run_deployment(
-                DATASET_DEPLOYMENT.format(dataset=name),
-                parameters={"config_path": config_path, "dataset": name,
-                            "lease_wait": lease_wait},
-                timeout=None,
-                as_subflow=True,
-                idempotency_key=f"{flow_run.get_id()}:{name}",
-            )
+            deployment = DATASET_DEPLOYMENT.format(dataset=name)
+            try:
+                run = await run_deployment(
+                    deployment,
+                    parameters={"config_path": config_path, "dataset": name,
+                                "lease_wait": lease_wait},
+                    timeout=None,
+                    as_subflow=True,
+                    idempotency_key=f"{flow_run.get_id()}:{name}",
+                )
+            except ObjectNotFound:
+                # That dataset's failure alone: the others run (a config edited after the
+                # last deploy, a deployment deleted by hand).
+                missing = MissingDeploymentError(
+                    f"no deployment {deployment} on the Prefect server",
+                    hint=f"deploy the config again: `specregen deploy --config {config_path}`"
+                         " (infra/deploy.sh)")
+                logger.error("%s failed: %s", name, missing.one_line())
+                return {"dataset": name, "outcome": "failed", "error": missing.one_line(),
+                        "exit_code": missing.exit_code}
             state = run.state
             if state is not None and state.is_crashed():  # lost worker: see infra/automations.py
                 state = await await_rerun(run.id, state)
@@ -120,7 +137,7 @@ async def pipeline_flow(
         return {"dataset": name, "outcome": "failed", "error": cause, "exit_code": code}
 
     results = await asyncio.gather(*(one(name) for name in names))
-    await acreate_table_artifact(
+    await atable_artifact(
         [{"dataset": r.get("dataset"), "outcome": r.get("outcome"),
           "accepted": r.get("gate", {}).get("accepted"),
           "quarantined": r.get("gate", {}).get("quarantined"),

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import acreate_markdown_artifact
 
 from specregen.config import load_config
+from tasks.artifacts import amarkdown_artifact
 from tasks.probe import probe_task
 
 
@@ -21,7 +21,7 @@ async def probe_flow(config_path: str) -> dict:
     lines += [f"| {mode} | {'yes' if ok else 'NO'} |" for mode, ok in recoverable.items()]
     lines += ["", f"{profile['probe_requests']} requests, ${profile['probe_cost_usd']:.6f}"]
     lines += ["", *[f"- {note}" for note in profile.get("notes", [])]]
-    await acreate_markdown_artifact("\n".join(lines) + "\n", key="provider-probe",
-                                    description="How the endpoint returns tool calls")
+    await amarkdown_artifact("\n".join(lines) + "\n", key="provider-probe",
+                             description="How the endpoint returns tool calls")
     get_run_logger().info("probe: tool calls recoverable by mode: %s", recoverable)
     return profile

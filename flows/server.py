@@ -71,6 +71,9 @@ def local_server(
         home.mkdir(parents=True, exist_ok=True)
         env["PREFECT_HOME"] = str(home)
     if ui:
+        # The UI asks the API at the URL the settings name, not the one `--port` serves: on
+        # any port but 4200 it would ask a server that is not there.
+        env["PREFECT_UI_API_URL"] = api_url
         cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                "--port", str(port), "--analytics-off"]
     else:  # what Prefect's temporary server runs: the API alone, no UI

@@ -17,3 +17,26 @@ export SPECREGEN_ROOT="$root"
 # PREFECT_HOME, so a restarted server still knows them and frees a lost worker's slots when
 # they expire (the default keeps them in memory: a restart would leave those slots taken).
 export PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE="${PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE:-prefect.server.concurrency.lease_storage.filesystem}"
+mkdir -p "$PREFECT_HOME"  # logs of the servers started in the background go there too
+# Waits until URL answers at all (any HTTP status; at most SECONDS, default 60): a server just
+# started in the background takes a few seconds. `specregen_wait_for URL [SECONDS]`.
+specregen_wait_for() {
+    python - "$1" "${2:-60}" <<'PY'
+import sys, time, urllib.error, urllib.request
+url, deadline = sys.argv[1], time.monotonic() + float(sys.argv[2])
+while True:
+    try:
+        urllib.request.urlopen(url, timeout=2)
+        break
+    except urllib.error.HTTPError:
+        break  # it answered
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit(f"nothing answers at {url} after {sys.argv[2]} s")
+        time.sleep(0.5)
+PY
+}
+specregen_wait_for_server() {
+    specregen_wait_for "$PREFECT_API_URL/health" "${1:-60}" \
+        || { echo "start the Prefect server: bash infra/server.sh &" >&2; return 1; }
+}

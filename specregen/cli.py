@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from specregen.console import make_console
 
 app = typer.Typer(
     name="specregen",
@@ -15,7 +16,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 @app.callback()
@@ -266,7 +267,8 @@ def open_reconstruct_input(source: str):
         with handle:
             for number, line in enumerate(handle, start=1):
                 if line.strip():
-                    yield f"line {number}", line
+                    # Without its newline: a JSON error then names the column in the line.
+                    yield f"line {number}", line.rstrip("\r\n")
 
     return lines()
 
@@ -284,7 +286,7 @@ def print_reconstruct_summary(summary, out: Path) -> None:
         for key, count in sorted(counter.items()):
             table.add_row(name, key, str(count))
     table.add_row("tokens", "completion", str(summary.completion_tokens))
-    Console().print(table)
+    make_console().print(table)
 
 
 @app.command()
@@ -295,7 +297,10 @@ def demo(
     keep_server: Annotated[
         bool, typer.Option(help="Leave the Prefect server running for the UI")
     ] = False,
-    port: Annotated[int, typer.Option(help="Port of the local Prefect server")] = 4200,
+    port: Annotated[
+        int, typer.Option(envvar="PREFECT_SERVER_API_PORT",
+                          help="Port of the local Prefect server (infra/env.sh's variable)")
+    ] = 4200,
 ) -> None:
     """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
     from flows.demo import run_demo
@@ -329,6 +334,45 @@ def run(
                                                log=console.print))
 
 
+@app.command()
+def deploy(
+    config: Annotated[Path, typer.Option(help="Pipeline YAML config")],
+    prune: Annotated[
+        bool, typer.Option(help="Delete the dataset deployments of datasets no longer in the"
+                                " config (their runs and data are kept)")
+    ] = False,
+    wait_server: Annotated[
+        float, typer.Option(help="Seconds to wait for the Prefect server to answer")
+    ] = 60.0,
+) -> None:
+    """Deploy a pipeline config to the project's Prefect server (PREFECT_API_URL, else
+    127.0.0.1:4200 as infra/env.sh): dataset/<NAME> per dataset, pipeline/nightly (03:00 UTC),
+    probe/probe, batch-poll/batch-poll, reconstruct-chunks/spread. Run it again after editing
+    the config: new datasets are deployed, removed ones reported (--prune deletes them)."""
+    from deployments.deploy import deploy as deploy_config
+    from deployments.deploy import report_lines
+    from specregen.errors import user_errors
+
+    with user_errors():
+        report = deploy_config(config, prune=prune, wait_s=wait_server, log=console.print)
+    for line in report_lines(report, config):
+        console.print(line, highlight=False)
+
+
+@app.command()
+def retry(
+    dataset: Annotated[str, typer.Argument(help="The dataset whose failed run to re-run")],
+    watch: Annotated[bool, typer.Option(help="Wait for the run to end")] = False,
+) -> None:
+    """Re-run the newest failed run of dataset/DATASET in place, as the UI's Retry button: the
+    same flow run, skipping every finished chunk (a worker must be running)."""
+    from deployments.deploy import retry_dataset
+    from specregen.errors import user_errors
+
+    with user_errors():
+        retry_dataset(dataset, watch=watch, log=console.print)
+
+
 def _pipeline_command(body) -> None:
     from flows.pipeline import DatasetsFailedError
     from specregen.errors import fail, user_errors
@@ -352,7 +396,7 @@ def print_pipeline_results(results: list[dict]) -> None:
             str(r.get("dataset")), str(r.get("outcome")), str(gate.get("accepted", "-")),
             str(gate.get("quarantined", "-")), str(r.get("cost_usd", "-")),
         )
-    out = Console()
+    out = make_console()
     out.print(table)
     for r in results:
         if r.get("outcome") == "skipped":

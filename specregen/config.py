@@ -8,8 +8,9 @@
       - {name: B1_glaive, adapter: glaive, source: hf://..., tool_mode: tools,
          gate: {max_quarantine_share: 0.02}}
 
-Errors name the field (`datasets.0.adapter: ...`) and never echo values, in case a key was
-pasted into the wrong place.
+Errors name the field, a dataset's by the dataset's name (`datasets[B1_glaive].adapter: ...`),
+suggest the nearest field for an unknown one, and never echo values, in case a key was pasted
+into the wrong place.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specregen.client.config import ConfigError as _EndpointConfigError
 from specregen.client.config import EndpointConfig
 from specregen.client.limits import LimitConfig
+from specregen.fielderrors import describe_errors
 from specregen.gate.config import GateConfig
 from specregen.sources import ADAPTERS, BUNDLED_SAMPLES
 
@@ -250,8 +252,6 @@ def parse_config(raw: Any, source: str = "config") -> PipelineConfig:
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        # Datasets by their name, and the nearest field to a typo (specregen/fielderrors.py).
+        problems = "; ".join(describe_errors(exc, PipelineConfig, raw))
         raise ConfigError(f"{source}: {problems}") from None

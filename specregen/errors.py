@@ -6,16 +6,20 @@ it into ONE line on stderr and a documented exit code; the traceback is shown on
 `specregen --debug ...` or `SPECREGEN_DEBUG=1`. Anything else that escapes a command is a bug:
 exit code 1 with a one-line message that says so.
 
-Exit codes (also in the README):
+Exit codes, the same in every command (docs/exit-codes.md lists them for users):
 
     0    done
     1    unexpected internal error (a bug; rerun with --debug and report the traceback)
-    2    bad input or usage (options, config, prompts file, tokenizer)
+    2    bad input or usage (options, config, prompts file, tokenizer, a missing deployment)
     3    authentication / account (missing or rejected API key, no credits)
     4    stopped by the budget
     5    storage (output not writable, disk full, missing storage credentials, raw log failed)
-    6    partial failure (some samples failed permanently; the summary counts them)
+    6    failed in part (samples failed permanently, a gate failed, datasets failed for
+         causes of several kinds)
     7    output busy (another writer holds the output's lease)
+    8    unavailable (the Prefect server or the shared-limit store did not answer)
+    9    endpoint unreachable (nothing answers at the model endpoint's URL: refused, DNS,
+         no connection within the connect timeout) before it ever answered
     130  interrupted (Ctrl-C); finished results are kept, run again to continue
 
 Messages must never contain a secret: callers build them from names (variables, fields,
@@ -42,6 +46,7 @@ EXIT_STORAGE = 5
 EXIT_PARTIAL = 6
 EXIT_BUSY = 7
 EXIT_UNAVAILABLE = 8
+EXIT_UNREACHABLE = 9
 EXIT_INTERRUPTED = 130
 
 DEBUG_ENV = "SPECREGEN_DEBUG"
@@ -107,6 +112,14 @@ class UnavailableError(SpecregenError):
     start; nothing is wrong with the input, so trying again later is the remedy."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+class EndpointUnreachableError(SpecregenError):
+    """No connection to the model endpoint could be made before it ever answered (refused,
+    DNS, connect timeout): nothing was sent, so nothing counts against a sample's attempts.
+    The message names the URL and the error; the hint what to check."""
+
+    exit_code = EXIT_UNREACHABLE
 
 
 # -- mapping OS errors ---------------------------------------------------------------------------

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-from specregen.errors import UsageError
+from specregen.console import make_console
+from specregen.errors import EXIT_OK, EXIT_PARTIAL, UsageError, storage_error, user_errors
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 OUTPUT_FILES = ("accepted.parquet", "quarantined.parquet", "report.json", "report.md",
                 "report.html")
@@ -74,7 +74,8 @@ def gate(
 ) -> None:
     """Check every sample's tool calls; write accepted/quarantined shards and the report.
 
-    Exit code 0 when the dataset passes, 1 when it fails, 2 when an input cannot be read.
+    Exit code 0 when the dataset passes, 6 when it fails, 2 when an input cannot be read, 5
+    when --out cannot be written (the codes of every command: docs/exit-codes.md).
     """
     from specregen.gate import GateConfig
 
@@ -89,13 +90,12 @@ def gate(
     except ValueError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
-    try:
+    with user_errors():
         passed = _run(tokens, out, config, tokenizer, dataset or tokens.stem, prompts,
                       chat_format)
-    except GateInputError as exc:
-        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-        raise typer.Exit(2) from None
-    raise typer.Exit(0 if passed else 1)
+    # A failed gate is a run that finished with part of its data failing its check: the
+    # code `specregen run` answers a failed gate with.
+    raise typer.Exit(EXIT_OK if passed else EXIT_PARTIAL)
 
 
 def _run(
@@ -143,7 +143,7 @@ def _run(
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise GateInputError(f"cannot create the output folder {out}: {exc.strerror}") from None
+        raise storage_error(exc, f"the output folder {out}") from None
 
     temps = {name: out / f".{name}.tmp" for name in OUTPUT_FILES}
     accepted = _Shard(temps["accepted.parquet"], with_reasons=False, meta=meta)
@@ -184,7 +184,7 @@ def _run(
             temp.unlink(missing_ok=True)
         if isinstance(exc, GateInputError):
             raise
-        raise GateInputError(f"cannot write to {out}: {exc}") from None
+        raise storage_error(exc, str(out)) from None
     for name, temp in temps.items():
         temp.replace(out / name)
     _print_summary(report, out)

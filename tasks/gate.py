@@ -1,13 +1,7 @@
 from __future__ import annotations
 
 from prefect import get_run_logger, task
-from prefect.artifacts import (
-    create_link_artifact,
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from specregen.pipeline.gating import STAGE as GATE
 from specregen.pipeline.gating import GateVerdict, gate_dataset, read_report
@@ -15,6 +9,7 @@ from specregen.pipeline.publish import GateFailedError
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
 from specregen.progress import LogLines, Progress, ProgressState, format_line, publish
 from specregen.store.manifest import read_manifest
+from tasks.artifacts import link_artifact, markdown_artifact, table_artifact
 from tasks.common import dataset_run
 
 
@@ -40,9 +35,9 @@ def gate_task(config_path: str, dataset: str) -> dict:
     gated = gate_dataset(run, reconstructed, progress)
     progress.close()
     report, markdown = read_report(run)
-    create_markdown_artifact(markdown, key=artifact_key(dataset, "gate-report"),
-                             description=f"Tool-call gate report of {dataset}")
-    create_table_artifact(
+    markdown_artifact(markdown, key=artifact_key(dataset, "gate-report"),
+                      description=f"Tool-call gate report of {dataset}")
+    table_artifact(
         [{"check": check, "quarantined samples": n} for check, n in report["by_check"].items()],
         key=artifact_key(dataset, "gate-checks"),
         description=f"Quarantined samples by gate check, {dataset}: {report['verdict']}",
@@ -61,7 +56,7 @@ def _report_artifacts(run, dataset: str, report: dict) -> None:
     from specregen.report import headline_rows
     from specregen.report.stage import inference_spend
 
-    create_table_artifact(
+    table_artifact(
         headline_rows(report, inference_spend(run)),
         key=artifact_key(dataset, "report-headline"),
         description=f"Headline numbers of {dataset}: {report['verdict']}",
@@ -71,10 +66,10 @@ def _report_artifacts(run, dataset: str, report: dict) -> None:
         url = run.store.url_of(*parts)
         if url.startswith("/"):
             url = Path(url).as_uri()
-        create_link_artifact(url, link_text=f"{dataset} report.html",
-                             key=artifact_key(dataset, "report-html"),
-                             description=f"Dataset report of {dataset}: lengths, flags, "
-                                         "evidence, tool calls, trigger agreement, cost")
+        link_artifact(url, link_text=f"{dataset} report.html",
+                      key=artifact_key(dataset, "report-html"),
+                      description=f"Dataset report of {dataset}: lengths, flags, evidence, "
+                                  "tool calls, trigger agreement, cost")
 
 
 class ProgressArtifact:

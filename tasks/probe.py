@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 
 from prefect import get_run_logger, task
-from prefect.artifacts import acreate_markdown_artifact
 
 from specregen.client.secrets import ApiKey
 from specregen.pipeline.layout import DatasetRun
@@ -16,6 +15,7 @@ from specregen.pipeline.probing import (
 )
 from specregen.pipeline.run import resolve_api_key
 from specregen.probe.refusal import ProbeRefusal
+from tasks.artifacts import amarkdown_artifact
 from tasks.common import dataset_run
 from tasks.gate import artifact_key
 
@@ -46,8 +46,8 @@ async def probe_stage_task(config_path: str, dataset: str) -> dict:
         logger.info("%s: probed the endpoint: %d requests, $%.6f", dataset, outcome.requests,
                     outcome.cost_usd)
     if outcome.status != "not_needed":
-        await acreate_markdown_artifact(probe_markdown(outcome), key=artifact_key(dataset, "probe"),
-                                        description=f"{dataset}: the endpoint probe")
+        await amarkdown_artifact(probe_markdown(outcome), key=artifact_key(dataset, "probe"),
+                                 description=f"{dataset}: the endpoint probe")
     if outcome.refusal is not None:
         raise ProbeRefusal(outcome.refusal)
     return outcome.summary()

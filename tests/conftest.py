@@ -23,3 +23,11 @@ def mini_fmt() -> KimiK25:
 @pytest.fixture(scope="session")
 def kimi_tok() -> Tokenizer:
     return get_tokenizer("kimi")
+
+
+@pytest.fixture(autouse=True)
+def _no_debug_carried_over(monkeypatch):
+    """`specregen --debug` turns tracebacks on for its process (SPECREGEN_DEBUG); under
+    CliRunner that process is the test run's, so one test's --debug would show tracebacks in
+    every later test's output. Each test starts without it, and it is put back after."""
+    monkeypatch.delenv("SPECREGEN_DEBUG", raising=False)

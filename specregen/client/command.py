@@ -6,12 +6,13 @@ the prompts file is decoded, parsed, built, fingerprinted and checked against th
 length (specregen.client.preflight). A bad line is a reject (line and reason in the summary and
 in the raw log's `rejects-*.jsonl`); the others are sent.
 
-Exit codes (specregen.errors; README): 0 every sample answered (rejected lines and skipped
-samples aside), 1 internal error (a bug), 2 bad usage (options, config, prompts file,
-tokenizer), 3 authentication (missing or refused key, no credits: the message names the key's
-variable), 4 stopped by the budget, 5 storage (output not writable, raw log failed, no storage
-credentials), 6 some samples failed permanently (rerun with --retry-failed), 7 another writer
-holds the output, 130 interrupted.
+Exit codes (specregen.errors; docs/exit-codes.md): 0 every sample answered (rejected lines and
+skipped samples aside), 1 internal error (a bug), 2 bad usage (options, config, prompts file,
+every line rejected, tokenizer), 3 authentication (missing or refused key, no credits: the
+message names the key's variable), 4 stopped by the budget, 5 storage (output not writable, raw
+log failed, no storage credentials), 6 some samples failed permanently (rerun with
+--retry-failed), 7 another writer holds the output, 9 the endpoint cannot be reached,
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specregen.console import make_console
 from specregen.errors import (
     EXIT_AUTH,
     EXIT_BUDGET,
@@ -56,9 +58,11 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
     `turns` ("first" / "all") overrides the line's own (`specregen infer --turns all`). A whole
     conversation is checked the way the engine will walk it (the reason names the message)."""
     try:
-        row = json.loads(line, parse_constant=_no_constant)
+        # Without the line's own newline: a line cut short would be reported at "line 2,
+        # column 1", after it, instead of where it ends.
+        row = json.loads(line.rstrip("\r\n"), parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise PromptLineError(f"not JSON ({exc.msg} at column {exc.colno})") from None
+        raise PromptLineError(f"not JSON ({exc.msg} at column {exc.pos + 1})") from None
     except ValueError as exc:  # NaN / Infinity: Python's json takes them, no server does
         raise PromptLineError(f"not JSON ({exc})") from None
     if not isinstance(row, dict):
@@ -234,7 +238,7 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
     from specregen.client.config import EndpointConfig
     from specregen.client.secrets import ApiKey
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     config = opts["config"]
     data = _config_file(config, console) if config is not None else {}
     overrides = {
@@ -422,6 +426,12 @@ def _run(
         lease.release()
     if summary is not None:
         _print_summary(summary, out)
+        if code == EXIT_OK and checked.rejects and not checked.prompts:
+            raise UsageError(
+                f"every line of {prompts_path} was rejected ({len(checked.rejects)} line(s),"
+                " each named above with its reason); nothing was sent",
+                hint="each line must be a JSON object with 'sample_id' and 'messages'",
+            )
         if code == EXIT_OK and summary.stopped_reason == "budget":
             console.print(f"[yellow]stopped:[/yellow] budget of ${cfg.budget_usd:g} reached")
             code = EXIT_BUDGET
@@ -507,11 +517,11 @@ def _lease_lost(out: str) -> Exception:
 
 
 def _route_warnings(console: Console) -> None:
-    from rich.logging import RichHandler
+    from specregen.console import log_handler
 
     logger = logging.getLogger("specregen")
     if not logger.handlers:
-        handler = RichHandler(console=console, show_path=False, rich_tracebacks=False)
+        handler = log_handler(console)
         handler.setLevel(logging.WARNING)
         logger.addHandler(handler)
 
@@ -548,4 +558,4 @@ def _print_summary(summary: Any, out: str) -> None:
         table.add_row(f"error: {name}", str(count))
     if summary.stopped_reason:
         table.add_row("stopped", summary.stopped_reason)
-    Console().print(table)
+    make_console().print(table)

@@ -304,14 +304,10 @@ class EndpointConfig(BaseModel):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise ConfigError(format_errors(exc)) from None
+            raise ConfigError(format_errors(exc, data)) from None
 
 
-def format_errors(exc: ValidationError) -> str:
-    lines = []
-    for error in exc.errors(include_input=False, include_url=False):
-        where = ".".join(str(part) for part in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        # Cross-field checks name their field at the start of the message themselves.
-        lines.append(f"{where}: {message}" if where else message)
-    return "invalid endpoint config: " + "; ".join(lines)
+def format_errors(exc: ValidationError, data: Any = None) -> str:
+    from specregen.fielderrors import describe_errors  # the nearest field to a typo
+
+    return "invalid endpoint config: " + "; ".join(describe_errors(exc, EndpointConfig, data))

@@ -31,6 +31,9 @@ Shape of a run:
   limiter give up, and requests already in flight are allowed to finish and are logged, because
   they may already be paid for and their answers are worth keeping (a 401 answers at once anyway).
   Then `FatalAPIError` is raised; its message names `cfg.api_key_env`, never the key.
+* Unreachable endpoint: a connection that cannot be made before the endpoint ever answered in
+  this run stops the run at once with `EndpointUnreachableError` (client/reach.py); those
+  attempts are not recorded and use none of a sample's `max_attempts`.
 * Budget: before each request, spent + (in flight + 1) x projected cost per request must stay
   within `budget_usd`; the projection is the mean cost of the finished requests, or max_tokens x
   the completion price before any finished. Once it would not, nothing new starts, in-flight
@@ -70,6 +73,7 @@ import httpx
 
 from specregen.client.config import EndpointConfig, Prices, RetryPolicy
 from specregen.client.limits import RequestLimiter
+from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.request import admit, storable_request
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.transport import AttemptResult, HTTPClient, send
@@ -311,6 +315,10 @@ class _Run:
         self.rejects: list[RejectRecord] = []
         self.stop_event = asyncio.Event()
         self.fatal_result: AttemptResult | None = None
+        # Whether any HTTP answer came back in this run, and the first failed connection
+        # before one did (client/reach.py).
+        self.answered = False
+        self.unreachable: AttemptResult | None = None
         self.write_error: BaseException | None = None
         self.internal_error: BaseException | None = None
         self.rpm = RateLimiter(cfg.requests_per_minute) if cfg.requests_per_minute else None
@@ -401,6 +409,8 @@ class _Run:
             raise self.write_error
         if self.internal_error is not None:
             raise self.internal_error
+        if self.unreachable is not None:
+            raise unreachable_error(cfg.base_url, self.unreachable.error_message)
         if self.fatal_result is not None:
             raise self._fatal_error(self.fatal_result)
         return self.summary
@@ -562,6 +572,17 @@ class _Run:
         finally:
             if limiter is not None:
                 limiter.release()
+        if result.http_status is not None:
+            self.answered = True
+        elif is_unreachable(result) and not self.answered:
+            # No connection before the endpoint ever answered (client/reach.py): nothing was
+            # sent, so no record and no attempt used; the run stops naming the URL.
+            if self.unreachable is None:
+                self.unreachable = result
+            self.summary.abandoned += 1
+            self._abandon_conversations([job])
+            self._stop("unreachable")
+            return None
         # The answer is logged before anything else can fail: accounting comes after.
         attempt = job.attempt
         job.attempt += 1

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from specregen.console import make_console
 from specregen.errors import user_errors
 
 DEFAULT_PILOT = 50
@@ -245,7 +245,7 @@ def print_estimates(results: list[DatasetEstimate]) -> None:
                       f"{sum(r.prompt_tokens for r in results):,}", "", "", "",
                       usd(sum(r.realtime_usd or 0 for r in known)),
                       usd(sum(r.batch_usd or 0 for r in known)))
-    console = Console()
+    console = make_console()
     console.print(table)
     for r in results:
         if r.conversations:

@@ -87,7 +87,12 @@ def context_check(
     `limit`: tokens; default the endpoint config's `max_context_tokens`, else the tokenizer
     folder's `model_max_length`.
     """
-    from specregen.models.registry import UnknownFormatError, get_format, tokenizer_env
+    from specregen.models.registry import (
+        FORMATS,
+        UnknownFormatError,
+        get_format,
+        tokenizer_env,
+    )
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
 
     limit = limit or cfg.max_context_tokens
@@ -121,7 +126,10 @@ def context_check(
     if limit is None:
         limit = model_max_length(spec)
     if limit is None:
-        log.warning(
+        # A bundled test tokenizer states no length on purpose: nothing there to act on.
+        bundled = {entry.bundled_tokenizer for entry in FORMATS}
+        log.log(
+            logging.INFO if str(spec) in bundled else logging.WARNING,
             "tokenizer %s states no model_max_length: prompts are not checked against the"
             " context length (set max_context_tokens)",
             spec,

@@ -6,13 +6,13 @@ import os
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from specregen.console import make_console
 from specregen.emulator.app import ADMIN_TOKEN_ENV
 from specregen.emulator.config import ALL_PROFILES, EmulatorConfig
 from specregen.models.registry import DEFAULT_MODEL
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 Rate = Annotated[float, typer.Option(min=0.0, max=1.0)]
 

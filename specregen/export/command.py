@@ -8,13 +8,14 @@ from typing import Annotated, Literal
 
 import fsspec
 import typer
-from rich.console import Console
 
+from specregen.console import make_console
+from specregen.errors import EXIT_USAGE, fail, storage_error
 from specregen.export.context import LEGACY_FORMAT, context_from_metadata
 from specregen.export.rows import ExportContext
 from specregen.export.writer import EXPORT_NOTES, ExportKind, parquet_metadata, write_exports
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 Target = Literal["speculators", "specforge", "messages"]
 _KIND: dict[str, ExportKind] = {"speculators": "train", "specforge": "train",
                                 "messages": "messages"}
@@ -56,6 +57,7 @@ def export(
     from specregen.export.published import PublicationError, open_publication
     from specregen.models.registry import DEFAULT_FORMAT, get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
+    from specregen.pipeline.layout import tokenizer_fingerprint
     from specregen.store.token_samples import read_token_samples
 
     if to not in _KIND:
@@ -77,8 +79,12 @@ def export(
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     target = out or Path(f"{pub.dataset}-{kind}.jsonl")
+    # The metadata the pipeline's own train.jsonl carries (pipeline/publish.py), the
+    # tokenizer's fingerprint included.
     fallback = ExportContext(dataset=pub.dataset, format=LEGACY_FORMAT, tokenizer=spec,
-                             tokenizer_fingerprint=None, model=extra.get("model"))
+                             tokenizer_fingerprint=tokenizer_fingerprint(
+                                 extra.get("tokenizer") or spec),
+                             model=extra.get("model"))
     fs = fsspec.filesystem("file")
     target = target.resolve()
     try:
@@ -89,7 +95,9 @@ def export(
         )
     except (PublicationError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_USAGE) from None
+    except OSError as exc:
+        fail(storage_error(exc, str(target)))
     console.print(f"{to}: {entries[0].rows} rows -> {target} (sha256 {entries[0].sha256})")
     console.print(f"{target.name}: {EXPORT_NOTES[kind]}")
     if kind != "messages":

@@ -9,10 +9,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-console = Console(stderr=True)
+from specregen.console import make_console
+from specregen.errors import EXIT_USAGE
 
-EXIT_BAD_INPUT = 2
-EXIT_NO_MATCH = 1
+console = make_console(stderr=True)
+
+EXIT_BAD_INPUT = EXIT_USAGE
+# A selection that matches nothing is the selection's problem; 1 is every command's "a bug".
+EXIT_NO_MATCH = EXIT_USAGE
 
 
 def inspect(
@@ -48,7 +52,7 @@ def inspect(
     reasoning / content / tool calls, flags, evidence, and the first difference from the
     server's own ids where they exist.
 
-    Exit code 0 when something was shown, 1 when no sample matched, 2 on bad input.
+    Exit code 0 when something was shown, 2 on bad input or when no sample matched.
     """
     from specregen.inspect.source import InspectError, Selection
 

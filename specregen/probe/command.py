@@ -1,8 +1,9 @@
 """`specregen probe`: ask an endpoint how it returns tool calls, write the profile, print a table.
 
-Exit codes: 0 the probe ran (whatever it found), 2 bad usage (options, config, tokenizer, glaive
-source, missing key for a remote endpoint, an endpoint URL that cannot be used), 3 the endpoint
-refused the key or the account (the message names the key's variable).
+Exit codes (specregen.errors): 0 the probe ran (whatever it found), 2 bad usage (options, config,
+tokenizer, glaive source, missing key for a remote endpoint, an endpoint URL that cannot be
+used), 3 the endpoint refused the key or the account (the message names the key's variable),
+5 --out cannot be written, 9 nothing answers at the endpoint's URL.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specregen.console import make_console
+from specregen.errors import storage_error, user_errors
 from specregen.probe.model import TOOL_MODES, ProviderProfile, ScenarioResult
 
 EXIT_USAGE = 2
@@ -94,7 +97,7 @@ def probe_command(
     from specregen.probe.run import ProbeFatalError, probe_endpoint
     from specregen.probe.scenarios import ProbeSetupError, build_scenarios, glaive_probe_prompt
 
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
 
     def usage_error(message: str) -> typer.Exit:
         console.print(f"[red]error:[/red] {message}", highlight=False)
@@ -140,18 +143,20 @@ def probe_command(
     except ProbeSetupError as exc:
         raise usage_error(str(exc)) from None
 
-    with console.status(f"probing {cfg.model} at {cfg.base_url}"):
+    # An unreachable endpoint (exit 9) and an unwritable --out (exit 5) answer as in `infer`.
+    with user_errors(), console.status(f"probing {cfg.model} at {cfg.base_url}"):
         try:
             profile = probe_endpoint(cfg, key, scenarios, tool_mode=tool_mode,  # type: ignore[arg-type]
                                      fmt=fmt, tokenizer=tokenizer, glaive_source=glaive_source)
         except ProbeFatalError as exc:
             console.print(f"[red]fatal:[/red] {exc}", highlight=False)
             raise typer.Exit(EXIT_FATAL if exc.key_error else EXIT_USAGE) from None
-    try:
-        save_profile(profile, out)
-    except OSError as exc:
-        raise usage_error(f"cannot write {out}: {exc.strerror}") from None
-    print_profile(profile, Console(), out)
+    with user_errors():
+        try:
+            save_profile(profile, out)
+        except OSError as exc:
+            raise storage_error(exc, str(out)) from None
+    print_profile(profile, make_console(), out)
 
 
 def _load_format(tokenizer: str | None, format_name: str) -> Any:

@@ -3,7 +3,8 @@
 Requests are streamed or not as the run's config says (streams use the client's idle timeout,
 so a slow reasoning answer is not a failure while it keeps sending). An HTTP error is recorded
 in its scenario; 401/402 (and a key httpx cannot send) stop the probe with `ProbeFatalError`,
-whose message names the key's variable, never the key.
+whose message names the key's variable, never the key. An endpoint that cannot be reached
+before it answered anything stops it with `EndpointUnreachableError` (client/reach.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 
 from specregen.client.config import EndpointConfig
 from specregen.client.engine import backoff_delay, response_cost
+from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.request import build_request
 from specregen.client.secrets import ApiKey, scrub_text
 from specregen.client.transport import AttemptResult, send
@@ -61,6 +63,10 @@ class ProbeFatalError(SpecregenError, RuntimeError):
 class _Shared:
     stop: asyncio.Event
     fatal: AttemptResult | None = None
+    # Whether the endpoint answered at all, and the first failed connection before it did
+    # (client/reach.py: the probe stops and names the URL).
+    answered: bool = False
+    unreachable: AttemptResult | None = None
 
 
 @dataclass(slots=True)
@@ -111,6 +117,8 @@ async def run_scenarios(
         results = await asyncio.gather(
             *(_ask(client, job_cfg, body, key, shared) for _, _, job_cfg, body in jobs)
         )
+    if shared.unreachable is not None and not shared.answered:
+        raise unreachable_error(cfg.base_url, shared.unreachable.error_message)
     if shared.fatal is not None:
         raise _fatal_error(shared.fatal, cfg, key)
 
@@ -153,6 +161,13 @@ async def _ask(
             break
         result = await send(client, cfg, body, key)
         asked.result = result
+        if result.http_status is not None:
+            shared.answered = True
+        elif is_unreachable(result) and not shared.answered:
+            if shared.unreachable is None:
+                shared.unreachable = result
+            shared.stop.set()
+            return asked
         asked.attempts += 1
         asked.cost_usd += response_cost(result.response, cfg.prices) or 0.0
         if result.kind == "fatal":

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
-console = Console(stderr=True)
+from specregen.console import make_console
+
+console = make_console(stderr=True)
 
 
 def report(

@@ -244,9 +244,12 @@ def iter_jsonl(stream: IO[bytes], name: str) -> Iterator[SourceRow]:
         if not text.strip():
             continue
         try:
-            value = json.loads(text)
+            # Without the newline: a line cut short is reported where it ends, not at
+            # "line 2 column 1" after it.
+            value = json.loads(text.rstrip("\r\n"))
         except json.JSONDecodeError as err:
-            yield SourceRow(label, error=f"line is not valid JSON: {err}", raw=text)
+            yield SourceRow(label, error=f"line is not valid JSON: {err.msg} at column"
+                            f" {err.pos + 1}", raw=text)
             continue
         yield SourceRow(label, value=value)
 

@@ -2,7 +2,7 @@
 suspends, which frees the worker; the scheduled `batch-poll` deployment resumes it once the
 batches are done, and the same worker runs it to publication.
 
-Everything is deployed from deployments/prefect.yaml itself (the dataset deployment and the
+Everything is deployed by `specregen deploy` from the config (the dataset deployment and the
 poller), onto a process worker with ONE slot: that the poller's runs get that slot while the
 dataset run waits is what shows the wait holds no worker.
 """
@@ -63,6 +63,8 @@ def test_batch_run_suspends_frees_the_worker_and_the_poller_resumes_it(prefect_s
                                                                        tmp_path):
     from prefect.settings import PREFECT_API_URL
 
+    from deployments.deploy import deploy
+
     config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     # Batch mode: the demo's whole-conversation dataset needs realtime (config check).
     config["datasets"] = [d for d in config["datasets"] if d.get("turns") != "all"]
@@ -79,16 +81,11 @@ def test_batch_run_suspends_frees_the_worker_and_the_poller_resumes_it(prefect_s
         path = tmp_path / "pipeline.yaml"
         path.write_text(yaml.safe_dump(config))
         env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(),
-               "SPECREGEN_ROOT": str(REPO), "SPECREGEN_CONFIG": str(path),
-               "SPECREGEN_BATCH_POLL": "true", "PREFECT_WORKER_QUERY_SECONDS": "1",
-               "PREFECT_WORKER_PREFETCH_SECONDS": "1"}
+               "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_WORKER_PREFETCH_SECONDS": "1"}
         prefect = [sys.executable, "-m", "prefect"]
-        for cmd in ([*prefect, "work-pool", "create", POOL, "--type", "process", "--overwrite"],
-                    [*prefect, "--no-prompt", "deploy", "--prefect-file",
-                     "deployments/prefect.yaml", "--name", DATASET, "--name", "batch-poll"]):
-            done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                                  timeout=300)
-            assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        # `specregen deploy` (infra/deploy.sh): the poller's schedule is on in batch mode.
+        deployed = deploy(path, root=REPO, pool=POOL, log=lambda line: None)
+        assert f"dataset/{DATASET}" in deployed.created + deployed.updated
         worker_log = tmp_path / "worker.log"
         with worker_log.open("w") as log:
             worker = subprocess.Popen(

@@ -125,3 +125,71 @@ def test_terminal_view_as_a_screenshot(tmp_path, mini_fmt, shots):
         tab.screenshot(shots / "terminal.png", full_page=True)
     assert tab.problems.errors == [] and tab.problems.requests == []
     check_png(shots / "terminal.png")
+
+
+def test_every_artifact_shows_its_body_on_its_key_page(tmp_path, shots):
+    """Issue 21: the Prefect UI's page of an artifact KEY (where the Artifacts list links)
+    shows the body of every artifact a dataset run makes -- summary, gate report and tables,
+    report link, probe, progress -- in both UI versions, on a server on any port."""
+    import asyncio
+
+    import yaml
+
+    from flows.pipeline import pipeline_flow
+    from flows.server import free_port, local_server, using_api
+    from specregen.emulator.config import EmulatorConfig
+    from specregen.emulator.server import serve_in_thread
+    from tests.support import REPO, get_tokenizer
+
+    config = yaml.safe_load((REPO / "configs" / "pipeline.yaml").read_text())
+    config["datasets"] = [{**config["datasets"][0], "limit": 6}]  # B1_glaive: tool calls
+    config["storage"] = str(tmp_path / "store")
+    with serve_in_thread(EmulatorConfig(seed=4), get_tokenizer("mini")) as emulator, \
+            local_server(port=free_port(), home=tmp_path / "prefect", ui=True,
+                         log_file=tmp_path / "server.log", log=lambda line: None) as api:
+        config["endpoint"]["base_url"] = emulator.openrouter_url
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(yaml.safe_dump(config))
+        with using_api(api):
+            results = asyncio.run(pipeline_flow(str(path)))
+            assert results[0]["outcome"] == "published", results
+            artifacts = asyncio.run(_latest_artifacts())
+        kinds = {a.type for a in artifacts}
+        assert {"markdown", "table", "progress"} <= kinds, kinds
+        # A link artifact is stored as markdown `[text](url)`: report.html's is among them.
+        assert "b1-glaive-report-html" in {a.key for a in artifacts}
+        base = api.removesuffix("/api")
+        with chromium() as tab:
+            for artifact in artifacts:
+                expected = _body_text(artifact)
+                for ui in ("", "/v2"):
+                    tab.open(f"{base}{ui}/artifacts/key/{artifact.key}")
+                    seen = tab.wait_for_text(expected[-1])
+                    missing = [t for t in expected if t not in seen]
+                    name = f"artifact-key{ui.replace('/', '-')}-{artifact.key}.png"
+                    tab.screenshot(shots / name)
+                    assert missing == [], (ui or "/v1", artifact.key, artifact.type, seen[:2000])
+
+
+async def _latest_artifacts():
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        found = await client.read_latest_artifacts()
+    return [a for a in found if a.key]
+
+
+def _body_text(artifact) -> list[str]:
+    """Text of the artifact's BODY a reader must find on the page (not its key or time)."""
+    data = artifact.data
+    if artifact.type == "markdown":
+        if data.startswith("["):  # a link artifact: its text
+            return [data[1:data.index("](")]]
+        heading = next(line for line in data.splitlines() if line.startswith("#"))
+        return [heading.lstrip("#").strip()]
+    if artifact.type == "table":
+        rows = json.loads(data) if isinstance(data, str) else data
+        return [str(column) for column in rows[0]] + [str(next(iter(rows[0].values())))]
+    if artifact.type == "progress":
+        return [artifact.description.split(":")[0]]
+    raise AssertionError(f"an artifact type this test does not know: {artifact.type}")

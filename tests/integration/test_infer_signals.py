@@ -72,3 +72,31 @@ def test_interrupted_infer_stops_and_resumes(tmp_path, loop, sig):
     assert sorted(ids) == sorted(f"s{i}" for i in range(n))  # each sample final exactly once
     # Only what was not final is asked again.
     assert asked_again == n - len(done_before)
+
+
+def test_ctrl_c_at_any_moment_is_one_line_and_no_traceback(tmp_path):
+    """Ctrl-C while the command is still importing, preparing or sending: exit 130 and one
+    line saying what is kept, never a traceback (issue 21). (The interpreter's own start-up,
+    before the first line of specregen runs, is out of reach: the first signal comes after
+    it; the command's imports take seconds on a loaded machine, so the next ones land in
+    them.)"""
+    src = tmp_path / "prompts.jsonl"
+    src.write_text("".join(json.dumps({"sample_id": f"s{i}", "messages": [
+        {"role": "user", "content": f"Write a function number {i}."}]}) + "\n"
+        for i in range(200)))
+    command = Path(sys.executable).parent / "specregen"  # the installed command
+    config = EmulatorConfig(seed=7, latency="fixed", latency_mean=0.3)
+    with serve_in_thread(config, get_tokenizer("mini")) as emu:
+        for delay in (0.5, 1.0, 1.5, 2.5, 4.0):
+            out = tmp_path / f"rawlog-{delay}"
+            proc = subprocess.Popen(
+                [str(command), "infer", str(src), "--out", str(out), "--base-url",
+                 emu.openrouter_url, "--model", "moonshotai/kimi-k2.5", "--concurrency", "4"],
+                env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True)
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            output, _ = proc.communicate(timeout=60)
+            assert "Traceback" not in output, (delay, output[-3000:])
+            assert proc.returncode == 130, (delay, proc.returncode, output[-2000:])
+            assert "interrupted" in output.splitlines()[-1], (delay, output[-2000:])

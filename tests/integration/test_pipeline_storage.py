@@ -122,9 +122,43 @@ def test_a_config_with_a_wrong_field_fails_before_any_request(emulator, tmp_path
     before = emulator.stats()["chat_requests"]
     result = CliRunner().invoke(app, ["run", "--config", str(path)])
     assert result.exit_code == 2
-    assert "datasets.0.adapterr" in result.output
+    # The dataset by its name, and the nearest field to the typo (issue 21).
+    said = " ".join(result.output.split())
+    assert "datasets[B1_glaive].adapterr: unknown field (did you mean 'adapter'?)" in said
     assert "endpoint.sampling.max_tokens" in result.output
     assert emulator.stats()["chat_requests"] == before
+
+
+def test_the_demo_config_without_its_emulator_says_how_to_start_it(prefect_server, tmp_path):
+    """Issue 21: `specregen run --config configs/demo.yaml` with nothing on the emulator's port
+    fails every dataset at once with the unreachable code, naming the URL and the emulator
+    command for that port; nothing is requested or recorded."""
+    import socket
+
+    from prefect.settings import PREFECT_API_URL
+
+    from specregen.errors import EXIT_UNREACHABLE
+
+    with socket.socket() as sock:  # the demo's 8765 may be taken here: any closed port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    assert config["endpoint"]["base_url"] == "http://127.0.0.1:8765/api/v1"
+    config["endpoint"]["base_url"] = f"http://127.0.0.1:{port}/api/v1"
+    config["storage"] = str(tmp_path / "store")
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    result = CliRunner().invoke(app, ["run", "--config", str(path)],
+                                env={"PREFECT_API_URL": PREFECT_API_URL.value()})
+    assert result.exit_code == EXIT_UNREACHABLE, result.output
+    said = " ".join(result.output.split())
+    assert f"cannot reach the endpoint http://127.0.0.1:{port}/api/v1" in said
+    assert f"specregen emulator --port {port}" in said
+    assert all(d["name"] in said for d in config["datasets"])  # each dataset's failure
+    assert time.monotonic() - started < 120  # the temporary flow runs, not 27 s per sample
+    assert not list(RawLog(str(tmp_path / "store" / "B2_opencodeinstruct" / "rawlog"))
+                    .iter_records())
 
 
 def test_a_run_killed_midway_completes_without_paying_twice(prefect_server, tmp_path):

@@ -1,11 +1,9 @@
 """Batch mode around the client (issue 11): the emulator CLI's batch knobs, the pipeline summary's
-cost in batch mode, and the scheduled poller in deployments/prefect.yaml."""
+cost in batch mode, and the scheduled poller (deployments/specs.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
-
-import yaml
 
 from specregen.store.manifest import StageManifest
 from tests.support import REPO
@@ -85,18 +83,22 @@ def test_pipeline_summary_in_realtime_mode_is_unchanged():
 
 
 def test_batch_poll_is_deployed_on_a_schedule_active_in_batch_mode():
-    """deployments/prefect.yaml has the poller; infra/deploy.sh turns its schedule on exactly
-    when the deployed config is in batch mode."""
-    spec = yaml.safe_load((REPO / "deployments" / "prefect.yaml").read_text())
-    poll = {d["name"]: d for d in spec["deployments"]}["batch-poll"]
-    assert poll["entrypoint"] == "flows/batch.py:batch_poll_flow"
-    assert poll["parameters"] == {"config_path": "{{ $SPECREGEN_CONFIG }}"}
-    (schedule,) = poll["schedules"]
-    assert schedule["interval"] > 0
-    assert schedule["active"] == "{{ $SPECREGEN_BATCH_POLL }}"
+    """`specregen deploy` (deployments/specs.py) deploys the poller every config; its schedule
+    is active exactly when the deployed config is in batch mode."""
+    from deployments.specs import deployment_specs
+    from specregen.config import load_config
+
+    config = load_config(REPO / "configs" / "pipeline.yaml")
+    for mode, active in (("realtime", False), ("batch", True)):
+        endpoint = config.endpoint.model_copy(update={"mode": mode})
+        specs = {s.full_name: s for s in deployment_specs(
+            config.model_copy(update={"endpoint": endpoint}), "configs/pipeline.yaml")}
+        poll = specs["batch-poll/batch-poll"]
+        assert poll.entrypoint == "flows/batch.py:batch_poll_flow"
+        assert poll.parameters == {"config_path": "configs/pipeline.yaml"}
+        assert poll.interval_s and poll.interval_s > 0 and poll.cron is None
+        assert poll.schedule_active is active
     # The entrypoint names a real flow.
     from flows.batch import batch_poll_flow
 
     assert batch_poll_flow.name == "batch-poll"
-    deploy = (REPO / "infra" / "deploy.sh").read_text()
-    assert "SPECREGEN_BATCH_POLL" in deploy

@@ -252,3 +252,25 @@ def test_export_command_refuses_a_folder_that_is_not_a_publication(tmp_path):
     assert result.exit_code == 2
     assert "manifest.json" in result.output
 
+
+
+def test_export_command_writes_the_publications_own_train_jsonl_metadata_included(tmp_path,
+                                                                                samples):
+    """`specregen export --to speculators` of a publication made WITH its train.jsonl writes
+    the same file byte for byte: the same metadata, tokenizer_fingerprint included."""
+    from specregen.cli import app
+    from specregen.pipeline.publish import publish_dataset
+    from specregen.store.manifest import read_manifest
+
+    run = gated_run(tmp_path, samples)
+    manifest = publish_dataset(run, read_manifest(run.store, "D", "gate", run.gate_fp))
+    folder = Path(run.store.path("D", "published", manifest.fingerprint))
+    out = tmp_path / "exported.jsonl"
+    result = CliRunner().invoke(app, ["export", str(folder), "--to", "speculators",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    published_rows = [json.loads(line) for line in (folder / "train.jsonl").open()]
+    exported_rows = [json.loads(line) for line in out.open()]
+    assert {r["metadata"]["tokenizer_fingerprint"] for r in exported_rows} == {
+        r["metadata"]["tokenizer_fingerprint"] for r in published_rows} != {None}
+    assert out.read_bytes() == (folder / "train.jsonl").read_bytes()

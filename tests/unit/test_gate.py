@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specregen.cli import app
+from specregen.errors import EXIT_PARTIAL
 from specregen.gate import CHECKS, GateConfig, check_sample, run_gate
 from specregen.gate_command import OUTPUT_FILES
 from specregen.models.kimi_k25 import (
@@ -600,7 +601,7 @@ def test_cli_fails_above_the_threshold(tokens, tmp_path):
     out = tmp_path / "gate"
     result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(out),
                                       "--dataset", "B1_glaive"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_PARTIAL, result.output
     assert "FAIL" in result.output and "exceeds the threshold 2.00%" in result.output
     assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUT_FILES)
     report = json.loads((out / "report.json").read_text())
@@ -635,7 +636,7 @@ def test_cli_trigger_agreement_from_prompts(tokens, tmp_path):
     out = tmp_path / "gate"
     result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(out),
                                       "--prompts", str(prompts)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_PARTIAL, result.output
     trigger = json.loads((out / "report.json").read_text())["trigger_agreement"]
     assert trigger["dataset_called"] == 46 and trigger["model_called"] == 23
     assert trigger["same_arguments"] == 23 and trigger["no_reference"] == 4

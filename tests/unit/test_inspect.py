@@ -193,9 +193,9 @@ def test_cli_finds_the_reference_ids_in_the_raw_log_beside_the_file(parquet):
 
 def test_cli_selects_by_flag_and_status_and_says_when_nothing_matches(parquet):
     result = CliRunner().invoke(app, ["inspect", str(parquet), "--status", "error"])
-    assert result.exit_code == 1 and "no sample" in result.output
+    assert result.exit_code == 2 and "no sample" in result.output
     result = CliRunner().invoke(app, ["inspect", str(parquet), "--flag", "no_such_flag"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     result = CliRunner().invoke(app, ["inspect", str(parquet), "--status", "maybe"])
     assert result.exit_code == 2
 

@@ -148,3 +148,27 @@ def test_tasks_retry_outages_but_not_what_the_user_must_fix():
     assert not retried(UsageError("M: source /x does not exist"))
     assert not retried(OutputBusyError("s/M is in use"))
     assert retried(ConnectionError("the network went away for a moment"))
+
+
+def test_a_config_error_names_the_dataset_and_the_nearest_field(tmp_path):
+    """Issue 21: `datasets[NAME]`, not `datasets.2`, and a typo gets "did you mean"."""
+    import yaml
+
+    from specregen.config import ConfigError, load_config
+    from tests.support import REPO
+
+    config = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
+    magicoder = next(d for d in config["datasets"] if d["name"] == "B3_magicoder")
+    magicoder["adaptr"] = magicoder.pop("adapter")
+    config["endpoint"]["concurency"] = config["endpoint"].pop("concurrency")
+    config["datasets"].append({"adapter": "glaive", "source": "bundled:B1_glaive"})  # no name
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    said = str(caught.value)
+    assert "datasets[B3_magicoder].adaptr: unknown field (did you mean 'adapter'?)" in said
+    assert "datasets[B3_magicoder].adapter: required field missing" in said
+    assert "endpoint.concurency: unknown field (did you mean 'concurrency'?)" in said
+    assert "datasets[4].name: required field missing" in said  # no name: its position
+    assert "datasets.2" not in said
