@@ -2,7 +2,8 @@
 found by `registry.get_server`): the emulator decides what the model says (textgen, seeded by
 the request), the format says how that becomes ids and what the server's parsers return.
 
-Profiles: `vllm-hermes` (a vLLM server with the format's parsers, `reasoning` field) and
+Profiles: `vllm-hermes` / `vllm-k3` (a vLLM server with the format's parsers, `reasoning`
+field; the served side names the profiles it is served with, `profiles`) and
 `openrouter` (the same upstream behind OpenRouter: its `reasoning` request switch, response
 fields and usage with cost). The body and stream framing are the emulator's own
 (`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
@@ -66,9 +67,13 @@ def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], k
         server, "call_id") else f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
                       for name, args in answer.calls)
     message = Message(answer.reasoning, answer.content, out_calls, answer.finish_reason)
-    think_end = server.markers.think_end
-    reasoning_tokens = answer.ids.index(think_end) + 1 if think_end in answer.ids else (
-        len(answer.ids) if answer.reasoning is not None and answer.content is None else 0)
+    # A served side may count the reasoning itself (K3's ends at a sequence of ids, as its
+    # server counts it); else up to the one reasoning-end id.
+    reasoning_tokens = getattr(answer, "reasoning_tokens", None)
+    if reasoning_tokens is None:
+        think_end = server.markers.think_end
+        reasoning_tokens = answer.ids.index(think_end) + 1 if think_end in answer.ids else (
+            len(answer.ids) if answer.reasoning is not None and answer.content is None else 0)
     return (message, ServedView(tuple(answer.ids), reasoning_tokens),
             ServedGeneration(tuple(answer.prompt_ids)))
 

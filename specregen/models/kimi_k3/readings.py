@@ -15,10 +15,12 @@ What stays open, and how it is handled:
 * Non-string argument values were re-dumped by the parser: the encoder's spelling
   (`json.dumps`) is assumed (`arguments_canonical_assumed`). A string value for a key whose
   schema type is not a string may have been a typed value the parser could not load: a second
-  reading carries the schema's type (same length: the count cannot part them, so either one
-  flags the answer ambiguous).
+  reading carries the schema's type when the value is no JSON (JSON would have been loaded):
+  same length, so the count cannot part them and the answer is ambiguous.
 * Text the parsers drop (around the channels, between calls, `json` blocks, nameless calls):
   only an exact count proves none was dropped (`KimiK3.parsers_drop_text`).
+* vLLM's stream sends text between the think channel's close and the response opener as
+  content: a streamed content that starts with whitespace is ambiguous (plain drops that text).
 * A stream whose think channel the model never closed sends everything as reasoning, markers
   included: read as the model's raw text (marker strings as the marker ids), first.
 * A cut answer: the ending is found as above. Where a parser could hide text at the cut (after
@@ -91,10 +93,12 @@ def _fields(parsed: servers.Parsed) -> Fields:
 def prompt_variants(fmt: KimiK3, messages: list[dict[str, Any]],
                     tools: list[dict[str, Any]] | None, thinking: bool,
                     request: dict[str, Any] | None) -> list[list[int]]:
-    """vLLM 0.32's rendering first (its message handling and the request's effort, tool
-    choice and response format), under the format's encoder revision and then the other one
-    where they differ; then the messages as sent (a server that hands them over as they
-    are)."""
+    """vLLM 0.32's rendering (its message handling and the request's effort, tool choice and
+    response format), under the format's encoder revision, then the other one where they
+    differ. The messages as sent are no variant: K3 is documented for vLLM only, and a
+    rendering of them (text parts as separate segments, say) often has the same length as
+    vLLM's, which would make every such prompt uncertain; another server's prompt is a count
+    mismatch instead."""
     base = dict(request) if isinstance(request, dict) else {}
     base["messages"] = messages
     if tools:
@@ -112,7 +116,6 @@ def prompt_variants(fmt: KimiK3, messages: list[dict[str, Any]],
     failures: list[str] = []
     revisions = (fmt.revision, *(r for r in enc.REVISIONS if r != fmt.revision))
     candidates = [(conversation, served_tools, r) for r in revisions]
-    candidates.append((list(messages), tools, fmt.revision))
     for conv, declared, revision in candidates:
         try:
             segments = enc.render_segments(conv, declared, revision=revision, **options)
@@ -215,7 +218,7 @@ def _typed_alternative(calls: Sequence[ToolCall], request: dict[str, Any]
         out += open_tag("call", (("tool", name), ("index", k)))
         for key, value in args.items():
             kind = enc.argument_type(value)
-            if isinstance(value, str) and key in types.get(name, {}):
+            if isinstance(value, str) and key in types.get(name, {}) and not _loads(value):
                 kind = types[name][key]
                 changed = True
             out += open_tag("argument", (("key", key), ("type", kind)))
@@ -224,8 +227,28 @@ def _typed_alternative(calls: Sequence[ToolCall], request: dict[str, Any]
     return out + close_tag("tools") if changed else None
 
 
+def _loads(value: str) -> bool:
+    """Whether `value` is JSON: then a typed tag would have been loaded, not returned as text."""
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def upstream(request: dict[str, Any], thinking: bool) -> dict[str, Any]:
+    """The request as the vLLM server behind the API parsed it: the reading's thinking in
+    `chat_template_kwargs.thinking` (a router turns its own switch into it)."""
+    kwargs = request.get("chat_template_kwargs")
+    kwargs = dict(kwargs) if isinstance(kwargs, dict) else {}
+    if kwargs.get("thinking") is thinking:
+        return request
+    return {**request, "chat_template_kwargs": {**kwargs, "thinking": thinking}}
+
+
 def readings(fmt: KimiK3, request: dict[str, Any], completion: Completion,
              calls: list[ToolCall], thinking: bool, truncated: bool) -> list[Reading]:
+    request = upstream(request, thinking)
     stream = request.get("stream") is True
     reasoning = completion.reasoning if thinking else None
     content = completion.content
@@ -237,6 +260,11 @@ def readings(fmt: KimiK3, request: dict[str, Any], completion: Completion,
         flags.append("thinking_mode_mismatch")
     if completion.finish_reason == "content_filter":
         flags.append("content_filter")
+    if stream and thinking and content and content[0].isspace():
+        # vLLM's stream sends text between the think channel's close and the response's
+        # opener as content (plain drops it, and the count sees that): whitespace there
+        # reads like content that starts with it.
+        flags.append("reading_ambiguous")
     if has_marker_text(reasoning) or has_marker_text(content) or any(
             has_marker_text(c.arguments) for c in calls):
         flags.append("marker_strings_in_text")
@@ -348,9 +376,10 @@ def _cut_reading(fmt: KimiK3, request: dict[str, Any], completion: Completion,
     extra: list[str] = []
     if len({tuple(i) for i, _ in found}) > 1:
         extra.append("reading_ambiguous")
-    elif len(ids) > visible and (stream or _past_channel(fmt, ids[visible:])):
+    elif len(ids) > visible and (stream or _hides_text(fmt, ids, visible, request,
+                                                         completion, thinking)):
         # Streamed, a held-back literal marker prefix of the same length reads the same;
-        # plain, text after a closed channel or call is dropped unseen.
+        # plain, text after a closed channel or call may have been dropped unseen.
         extra.append("reading_ambiguous")
     elif stream and len(ids) == visible and _held_merge(fmt, reasoning, content, last):
         extra.append("reading_ambiguous")
@@ -404,18 +433,22 @@ def _prefixes(fmt: KimiK3, head: list[Segment], visible: int, rests: list[list[S
     return out
 
 
-def _past_channel(fmt: KimiK3, tail: Sequence[int]) -> bool:
-    """Whether a cut ending's structural ids go past a closed response channel, call or tools
-    channel (after which the plain parsers drop text unseen): a complete close tag other than
-    the think channel's, followed by more ids. (Text after the think channel's close shows
-    as content until a response opener follows, which makes a rival longer, not equal.)"""
+def _hides_text(fmt: KimiK3, ids: list[int], visible: int, request: dict[str, Any],
+                completion: Completion, thinking: bool) -> bool:
+    """Whether the plain parsers would drop text written after a complete close tag of the
+    chosen ending (other than the think channel's, after which text shows until a response
+    opener makes a rival longer): text there is a rival of the same length that reads the
+    same. Tried with one ordinary token put there."""
     sep, close = fmt.ids[SEP], fmt.ids[CLOSE]
-    tail = list(tail)
-    for i, t in enumerate(tail):
-        if t != close or sep not in tail[i:]:
+    probe = fmt.tok.encode_ordinary("q")
+    for i in range(visible, len(ids)):
+        if ids[i] != close or sep not in ids[i:]:
             continue
-        j = tail.index(sep, i)
-        if fmt.tok.decode(tail[i + 1:j]).strip() != "think" and j < len(tail) - 1:
+        j = ids.index(sep, i)
+        if j == len(ids) - 1 or fmt.tok.decode(ids[i + 1:j]).strip() == "think":
+            continue
+        rival = ids[:j + 1] + probe + ids[j + 1:]
+        if consistent(fmt, rival, request, completion, thinking, True):
             return True
     return False
 
