@@ -397,8 +397,9 @@ class ScriptedAnswer:
 class RealVllmSpec:
     """How a family is served by a real vLLM with the scripted model: its parsers and its
     model folder. `build_folder(dest)` writes the tokenizer files and the chat template into
-    `dest` (the harness adds the model's config); `stop_id` ends an answer; `vocab_size` is
-    the model's output size (every id the tokenizer knows, added ones included)."""
+    `dest` (the harness adds the model's config, and reads specregen's tokenizer from the same
+    folder); `stop_id` ends an answer; `vocab_size` is the model's output size (every id the
+    tokenizer knows, added ones included)."""
 
     format_name: str
     served_model_name: str
@@ -414,6 +415,9 @@ class RealVllmSpec:
     # (its fidelity corpus) as `RealCase`s.
     corpus: str
     trust_remote_code: bool = False
+    # More `vllm serve` arguments the family needs (K3: `--tokenizer-mode kimi_k3`, the mode
+    # a real K3 checkpoint's architecture selects by itself).
+    server_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
