@@ -169,3 +169,19 @@ def test_a_k3_conversation_follows_the_dataset_and_keeps_its_history(k3: KimiK3,
         # The earlier request's prompt and answer, as the model wrote them, open this prompt.
         assert prompt[: len(previous)] == previous, (profile, position)
         previous = prompt + body["choices"][0]["token_ids"]
+
+
+def test_no_ok_sample_of_the_corpus_fails_the_gates_round_trip(k3: KimiK3) -> None:
+    """A round-trip mismatch on an `ok` sample fails a whole dataset: the gate's K3 rules
+    (structure, raw parser, arguments' normal form) must read back every `ok` answer."""
+    from specregen.gate.checks import check_sample
+    from specregen.gate.config import GateConfig
+
+    config = GateConfig()
+    checked = 0
+    for case in cases(k3.tok, 60, seed=4):
+        sample = reconstruct(case.sample_id, case.request, blind_body(case.body), k3)
+        decision = check_sample(sample, k3, config)
+        assert not decision.hard, (case.sample_id, case.shape, decision.reasons)
+        checked += sample.status == "ok"
+    assert checked > 100

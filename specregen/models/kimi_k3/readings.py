@@ -54,6 +54,7 @@ from specregen.models.kimi_k3.format import (
     arguments_object,
     completion_segments,
     has_marker_text,
+    parse_calls,
     raw_segments,
 )
 from specregen.normalize import reasoning_excluded
@@ -279,7 +280,13 @@ def readings(fmt: KimiK3, request: dict[str, Any], completion: Completion,
         # The model never closed its think channel: the stream sent all of it as reasoning,
         # the tags it wrote (as ids) included.
         ids = [*fmt.encode_segments(raw_segments(reasoning)), fmt.stop_id]
-        raw = Assembled(ids, None, _raw_content(reasoning), [], [], ["think_channel_unclosed"])
+        raw_flags = ["think_channel_unclosed"]
+        found = parse_calls(reasoning, truncated=False)
+        raw_calls = list(found.calls) if found is not None else []
+        if raw_calls:
+            # The calls the model wrote, inside its unclosed think channel.
+            raw_flags.append("tool_calls_in_reasoning")
+        raw = Assembled(ids, None, _raw_content(reasoning), raw_calls, raw_calls, raw_flags)
         out.append(Reading(thinking, raw, [*flags, *raw.flags]))
     checked = "marker_strings_in_text" not in flags or consistent(
         fmt, base.ids, request, completion, thinking, False)
