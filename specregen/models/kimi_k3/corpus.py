@@ -377,6 +377,11 @@ def serve(server: KimiK3Server, profile: str, request: dict[str, Any], ids: list
     body, done = assemble_lines((b"".join(frames).decode() + "data: [DONE]\n\n").splitlines())
     if not done:
         raise RuntimeError(f"the emulated stream for {profile} did not end with [DONE]")
+    message = body["choices"][0]["message"]
+    if profile == "vllm-k3" and message.get("content") is None:
+        # vLLM 0.32's role chunk always carries `content: ""` (the emulator's framing sends it
+        # only with content: docs/vllm-0.32.md), so a real stream never assembles to null.
+        message["content"] = ""
     return body
 
 

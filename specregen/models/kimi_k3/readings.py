@@ -251,8 +251,10 @@ def readings(fmt: KimiK3, request: dict[str, Any], completion: Completion,
              calls: list[ToolCall], thinking: bool, truncated: bool) -> list[Reading]:
     request = upstream(request, thinking)
     stream = request.get("stream") is True
-    reasoning = completion.reasoning if thinking else None
-    content = completion.content
+    # Empty is null: vLLM's stream sends `content: ""` on its role chunk, routers send ""
+    # where vLLM sends null.
+    reasoning = (completion.reasoning or None) if thinking else None
+    content = completion.content or None
     flags: list[str] = []
     if thinking and reasoning_excluded(request):
         flags.append("reasoning_missing")
@@ -331,8 +333,8 @@ def _cut_reading(fmt: KimiK3, request: dict[str, Any], completion: Completion,
     """The ending of a cut answer: every consistent prefix of the structure that follows the
     last visible text, the one `completion_tokens` counts chosen."""
     stream = request.get("stream") is True
-    reasoning = completion.reasoning if thinking else None
-    content = completion.content
+    reasoning = (completion.reasoning or None) if thinking else None
+    content = completion.content or None
     objects = _objects(calls)
     base = fmt.assemble(reasoning, content, calls, thinking=thinking, truncated=True)
     reported = completion.usage.get("completion_tokens") if completion.usage else None
