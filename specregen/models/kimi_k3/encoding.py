@@ -89,11 +89,6 @@ def escape(value: Any) -> str:
     return str(value).replace("&", "&amp;").replace('"', "&quot;")
 
 
-def unescape(value: str) -> str:
-    """What vLLM's tool parser makes of an attribute value (the reverse order)."""
-    return value.replace("&quot;", '"').replace("&amp;", "&")
-
-
 def open_tag(tag: str, attrs: Iterable[tuple[str, Any]] = ()) -> list[Segment]:
     out = marker(OPEN) + text(tag)
     for key, value in attrs:

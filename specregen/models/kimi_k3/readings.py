@@ -471,7 +471,3 @@ def _held_merge(fmt: KimiK3, reasoning: str | None, content: str | None, last: s
     tail = value[-32:]
     n = len(fmt.tok.encode_ordinary(tail))
     return any(len(fmt.tok.encode_ordinary(tail + h)) == n for h in ("<", "<|", "<|o", "<|c"))
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)

@@ -622,8 +622,7 @@ class StreamDelta:
 @dataclass
 class StreamParser:
     """`KimiK3Parser.parse_delta` for one request (the delegating parser's string path, with
-    both K3 parsers): feed each detokenizer step with `step`. `copy()` forks the state (the
-    readings try several endings of one answer)."""
+    both K3 parsers): feed each detokenizer step with `step`."""
 
     thinking: bool
     markers: MarkerIds
@@ -649,9 +648,6 @@ class StreamParser:
         # think-open, so a thinking request starts in reasoning).
         parser.reasoning_ended = not thinking or newest_is_close(prompt_ids, markers)
         return parser
-
-    def copy(self) -> StreamParser:
-        return copy.deepcopy(self)
 
     # -- the reasoning parser
 

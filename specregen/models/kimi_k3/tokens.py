@@ -52,7 +52,6 @@ ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
 ADDED_IDS: dict[str, int] = {name: token_id for token_id, name, _ in ADDED_TOKENS}
 # The tokens the format lays prompts and completions out with.
 REQUIRED_TOKENS = (OPEN, CLOSE, SEP, END_OF_MSG)
-FIRST_ADDED_ID = 163584
 VOCAB_SIZE = 163840  # the model's output size: ranks plus the 256 added ids
 
 
