@@ -1,14 +1,14 @@
 """The real vLLM server in the loop: conformance of the emulator, fidelity of reconstruction.
 
-    python bench/real_vllm.py [--families kimi-k2.5,qwen3] [--requests 500] [--seed 0]
+    python bench/real_vllm.py [--families kimi-k2.5,qwen3,kimi-k3] [--requests 500] [--seed 0]
                               [--variants defaults,client] [--modes plain,stream]
                               [--dump FILE.jsonl]
 
 For each family a real vLLM (the CPU build in .venv-vllm, scripts/setup_vllm.sh) serves the
 scripted model (specregen/realserver/) with the family's parsers. Each request of the family's
-fidelity corpus (bench/fidelity.py, bench/fidelity_qwen3.py) is scripted with the ids the model
-writes and sent plain and streamed, with the server's defaults and with the options the client
-sends. Prints per family:
+fidelity corpus (bench/fidelity.py, bench/fidelity_qwen3.py, bench/fidelity_k3.py) is scripted
+with the ids the model writes and sent plain and streamed, with the server's defaults and with
+the options the client sends. Prints per family:
 
 * the conformance table: shape x {plain, stream} x {equal, differs} (the emulator's profile
   given the same ids and request, compared with what the real server returned, as the client
@@ -22,8 +22,9 @@ sends. Prints per family:
 * yield: template-shaped answers `ok` with exact ids, and what is not exact by reason;
 * prompt ids equal to the server's `prompt_token_ids`.
 
-K2.5 needs the real Kimi vocabulary (KIMI_TOKENIZER_DIR or ../shared/kimi). Exits 1 when an
-`ok` answer has wrong ids.
+K2.5 and K3 need the real Kimi vocabulary (KIMI_TOKENIZER_DIR or ../shared/kimi; K3 takes its
+ranks under its own added-token table). Specregen reads the tokenizer from the model folder the
+server serves. Exits 1 when an `ok` answer has wrong ids.
 """
 
 from __future__ import annotations
@@ -56,20 +57,21 @@ def family_run(name: str, args: argparse.Namespace) -> int:
     tokenizer_dir = kimi_dir() if name.startswith("kimi") else None
     spec = real_vllm_spec(name, tokenizer_dir)
     assert spec is not None
-    tok = load_tokenizer(tokenizer_dir if tokenizer_dir else "mini-qwen3")
-    fmt = get_format(name, tok)
-    cases = conformance.real_cases(spec, tok, args.requests, args.seed)
     variants = args.variants.split(",")
     streams = [m == "stream" for m in args.modes.split(",")]
-    total = len(cases) * len(variants) * len(streams)
-    print(f"\n=== {name}: {len(cases)} requests x {len(variants)} variants x {len(streams)} "
-          f"modes = {total} answers (shapes {dict(Counter(c.shape for c in cases))})",
-          flush=True)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="specregen-vllm-") as work:
         server = VllmServer.start(spec, Path(work))
-        print(f"server up in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"\n=== {name}: server up in {time.monotonic() - started:.0f} s", flush=True)
         try:
+            # The vocabulary and added-token table the server runs: the model folder's.
+            tok = load_tokenizer(server.folder)
+            fmt = get_format(name, tok)
+            cases = conformance.real_cases(spec, tok, args.requests, args.seed)
+            total = len(cases) * len(variants) * len(streams)
+            print(f"{len(cases)} requests x {len(variants)} variants x {len(streams)} modes = "
+                  f"{total} answers (shapes {dict(Counter(c.shape for c in cases))})",
+                  flush=True)
             traits = {}
             if not args.no_probe:
                 for variant in variants:

@@ -24,7 +24,9 @@ from specregen.models.chat_format import (
     ChatFormat,
     FormatError,
     Reading,
+    parsers_drop_text,
     pick_prompt,
+    streamed_content_after_calls,
     streams_calls_as_parsed,
 )
 from specregen.models.tokenizer import Tokenizer
@@ -145,7 +147,7 @@ def reconstruct(
                                  request.get("stream") is True, id_flags)
     try:
         readings = fmt.readings(request, completion, calls, thinking, truncated, history, traits)
-        prompts = {t: fmt.prompt_variants(messages, tools, t, traits)
+        prompts = {t: fmt.prompt_variants(messages, tools, t, traits, request=request)
                    for t in {r.thinking for r in readings}}
     except (FormatError, KeyError, TypeError, AttributeError) as exc:
         return TokenSample.failed(sample_id, f"cannot render the request: {exc}")
@@ -187,6 +189,7 @@ def reconstruct(
     flags += chosen.flags + id_flags + chosen.prompt_flags + logprob_flags
     streamed = request.get("stream") is True
     if (streamed and completion.tool_calls and completion.content and match is None
+            and streamed_content_after_calls(fmt)
             and not _content_before_calls(completion, traits, fmt)):
         # Streamed, the tool parsers send text between the calls and after the section as
         # content too (docs/upstream-parsers.md): where the content stood is unknown, and no
@@ -227,7 +230,7 @@ def reconstruct(
     if completion_delta is not None and not count_exact:
         if abs(completion_delta) > tol.completion_allowed(c_tokens or 0):
             flags.append("completion_count_mismatch")
-        elif _lossy(completion, chosen, streamed) or truncated:
+        elif _lossy(completion, chosen, streamed) or truncated or parsers_drop_text(fmt):
             # A parser on this path can drop text (trimmed whitespace, text after the tool
             # section, deleted placeholder content, the reasoning split): within the tolerance
             # is not good enough, only an equal count says nothing was lost. Nor on a cut

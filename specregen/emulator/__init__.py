@@ -8,12 +8,12 @@ into ids and returns them the way each provider's stack does.
 
 * `config.EmulatorConfig`: the profile (K2.5: openrouter | vllm (vLLM 0.32) | vllm-legacy |
   vllm-k25 | sglang | sglang-noforce | moonshot | raw | stripped; Qwen3: vllm-hermes |
-  openrouter | sglang), seed,
+  openrouter | sglang; Kimi K3: vllm-k3 | openrouter), seed,
   latency, fault rates, model knobs (answer shapes included), prices, key and credits, and the
   conversation mode (`conversations`, `divergence_rate`).
 * `generate`: request digests and seeds, the declared tools, the `WRITER` a served side writes
   its text with, non-canonical BPE splits.
-* `served`: the answer of a served side that takes text (Qwen3): what the model says, then the
+* `served`: the answer of a served side that takes text (Qwen3, K3): what the model says, then the
   format's ids and parsers.
 * `conversations`: conversation mode: the dataset's next step of a known conversation, or a
   seeded divergence from it (issue 10).

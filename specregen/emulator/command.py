@@ -21,15 +21,18 @@ def emulator(
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port)")] = 8000,
     tokenizer: Annotated[
-        str, typer.Option(help="'mini', 'mini-qwen3', a tokenizer folder, or a hub id")
-    ] = "mini",
+        str | None,
+        typer.Option(help="'mini', 'mini-qwen3', 'mini-k3', a tokenizer folder, or a hub id "
+                          "[default: the chat format's bundled test tokenizer]")
+    ] = None,
     profile: Annotated[
         str, typer.Option(help="Provider to imitate: " + ", ".join(ALL_PROFILES))
     ] = "openrouter",
     seed: Annotated[int, typer.Option(help="Seed of the model and of the fault sequence")] = 0,
     model: Annotated[
         str, typer.Option(help="Model id served; it names the chat format (e.g. Qwen/Qwen3-8B "
-                               "with --profile vllm-hermes --tokenizer mini-qwen3)")
+                               "with --profile vllm-hermes, moonshotai/kimi-k3 with --profile "
+                               "vllm-k3)")
     ] = DEFAULT_MODEL,
     chat_format: Annotated[
         str | None, typer.Option("--format", help="Chat format [default: from --model]")
@@ -125,7 +128,7 @@ def emulator(
             batch_expire_rate=batch_expire_rate,
             batch_price_share=batch_price_share,
         )
-        tok = load_tokenizer(tokenizer)
+        tok = load_tokenizer(tokenizer or _default_tokenizer(chat_format, model))
         if conversations is not None:
             _announce_conversations(conversations)
     except (ValueError, TokenizerError) as exc:
@@ -153,6 +156,23 @@ def emulator(
     except (OSError, TokenizerError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
+
+
+def _default_tokenizer(chat_format: str | None, model: str) -> str:
+    """The bundled test tokenizer of the format served (`registry.bundled_tokenizer`); `mini`
+    for a model no format claims (the emulator then serves its default format)."""
+    from specregen.models.registry import (
+        UnknownFormatError,
+        bundled_tokenizer,
+        resolve_format_name,
+    )
+
+    try:
+        return bundled_tokenizer(resolve_format_name(chat_format, model)) or "mini"
+    except UnknownFormatError:
+        if chat_format is not None:
+            raise ValueError(f"unknown chat format {chat_format!r}") from None
+        return "mini"
 
 
 def _announce_conversations(path: str) -> None:

@@ -12,12 +12,12 @@ from typing import Literal
 from specregen.models.registry import DEFAULT_MODEL
 
 Profile = Literal["openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce",
-                  "moonshot", "raw", "stripped", "vllm-hermes"]
+                  "moonshot", "raw", "stripped", "vllm-hermes", "vllm-k3"]
 # The K2.5 profiles (emulator/generate.py + profiles.py).
 PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang",
                                  "sglang-noforce", "moonshot", "raw", "stripped")
 # Every profile: also those of a format with its own served side (emulator/served.py).
-ALL_PROFILES: tuple[Profile, ...] = (*PROFILES, "vllm-hermes")
+ALL_PROFILES: tuple[Profile, ...] = (*PROFILES, "vllm-hermes", "vllm-k3")
 # The profiles that run our re-statement of the vLLM / SGLang parser and prompt code
 # (models/kimi_k25/vllm032.py, servers.py, serverside.py; docs/vllm-0.32.md,
 # docs/upstream-parsers.md). `vllm` is vLLM 0.32; `vllm-legacy` and `vllm-k25` are vLLM's Kimi

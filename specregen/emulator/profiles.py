@@ -84,8 +84,10 @@ PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "raw": _spec("raw", "reasoning_content", parse_tools=False, trim_tool_calls=False),
     "stripped": _spec("stripped", "reasoning", parse_tools=False, trim_tool_calls=False,
                       strip_markers=True),
-    # vLLM with a format's own parsers (emulator/served.py; Qwen3: qwen3 + hermes).
+    # vLLM with a format's own parsers (emulator/served.py; Qwen3: qwen3 + hermes; Kimi K3:
+    # kimi_k3 + kimi_k3).
     "vllm-hermes": _spec("vllm-hermes", "reasoning"),
+    "vllm-k3": _spec("vllm-k3", "reasoning"),
 }
 
 

@@ -2,8 +2,9 @@
 found by `registry.get_server`): the emulator decides what the model says (textgen, seeded by
 the request), the format says how that becomes ids and what the server's parsers return.
 
-Profiles: `vllm-hermes` (a vLLM server with the format's parsers, `reasoning` field; for Qwen3
-vLLM 0.32), `openrouter` (a vLLM upstream behind OpenRouter: its `reasoning` request switch,
+Profiles: `vllm-hermes` / `vllm-k3` (a vLLM server with the format's parsers, `reasoning`
+field; for Qwen3 and K3 vLLM 0.32; the served side names the profiles it is served with,
+`profiles`), `openrouter` (the same upstream behind OpenRouter: its `reasoning` request switch,
 response fields and usage with cost) and `sglang`. The body and stream framing are the
 emulator's own (`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
 """

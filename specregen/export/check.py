@@ -29,9 +29,17 @@ class RetokenizeReport:
 
 def retokenize(row: dict[str, Any], fmt: ChatFormat, template: str) -> list[int]:
     """The ids a re-tokenizing trainer gets from one `messages` row (the format's own template
-    is `fmt.template_text()`; a tokenizer folder's own one can be given)."""
+    is `fmt.template_text()`; a tokenizer folder's own one can be given). A format whose
+    tokenizer renders ids itself, segment by segment (K3: no Jinja template, its
+    `apply_chat_template(tokenize=True)`), gives them through its optional `trainer_ids`;
+    the others render text that is tokenized with special tokens allowed."""
+    thinking = row.get("thinking", True)
+    trainer_ids = getattr(fmt, "trainer_ids", None)
+    if trainer_ids is not None:
+        return trainer_ids(row["conversations"], row.get("tools"), thinking=thinking,
+                           template=template)
     rendered = fmt.trainer_render(row["conversations"], row.get("tools"),
-                                  thinking=row.get("thinking", True), template=template)
+                                  thinking=thinking, template=template)
     return fmt.tok.encode_with_specials(rendered)
 
 

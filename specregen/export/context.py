@@ -25,4 +25,21 @@ def context_from_metadata(metadata: dict[str, str], fallback: ExportContext) -> 
             if metadata.get(name):
                 found[field] = metadata[name]
                 break
+    # Token files record their format in the `specregen` metadata (`TokenFileMeta`, whose
+    # `format` is the format's `describe()`): its name is the rows' format.
+    recorded = _recorded_format(metadata.get("specregen"))
+    if recorded and "format" not in found:
+        found["format"] = recorded
     return replace(fallback, **found)
+
+
+def _recorded_format(raw: str | None) -> str | None:
+    import json
+
+    try:
+        meta = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    described = meta.get("format") if isinstance(meta, dict) else None
+    name = described.get("name") if isinstance(described, dict) else None
+    return name if isinstance(name, str) and name else None

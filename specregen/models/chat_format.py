@@ -101,8 +101,11 @@ class ChatFormat(Protocol):
 
     def prompt_variants(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, thinking: bool,
-                        traits: ProviderTraits) -> list[list[int]]:
-        """The prompt ids as servers may render it, the most common first."""
+                        traits: ProviderTraits, request: dict[str, Any] | None = None
+                        ) -> list[list[int]]:
+        """The prompt ids as servers may render it, the most common first. `request`: the
+        whole request, for a format whose prompt depends on more than the messages and tools
+        (K3 renders `tool_choice`, `response_format` and the thinking effort)."""
         ...
 
     def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
@@ -197,6 +200,23 @@ def streams_calls_as_parsed(fmt: ChatFormat) -> bool:
     places the content without a probe. A format whose providers a probe tells apart leaves
     it out: the probe's traits say it per provider."""
     return getattr(fmt, "calls_streamed_as_parsed", False) is True
+
+
+def parsers_drop_text(fmt: ChatFormat) -> bool:
+    """Whether every server parser the format documents can drop model text unseen, on every
+    path (K3's unwrap the response channel even for an instant answer without tools): the
+    format's optional class attribute `parsers_drop_text` (absent = False). Then no count
+    within the tolerance passes a reading, only an exact one (reconstruct.py `_lossy`)."""
+    return getattr(fmt, "parsers_drop_text", False) is True
+
+
+def streamed_content_after_calls(fmt: ChatFormat) -> bool:
+    """Whether a stream may send text the model wrote after (or between) its calls as content,
+    so that without a record of the stream's order the content's place is unknown: the
+    format's optional class attribute `streamed_content_after_calls` (absent = True). K3's
+    vLLM stream sends content from the response channel only, which its layout puts before
+    the calls."""
+    return getattr(fmt, "streamed_content_after_calls", True) is not False
 
 
 def package_files(package_dir: Path, *extra: Path,
@@ -383,8 +403,9 @@ class ScriptedAnswer:
 class RealVllmSpec:
     """How a family is served by a real vLLM with the scripted model: its parsers and its
     model folder. `build_folder(dest)` writes the tokenizer files and the chat template into
-    `dest` (the harness adds the model's config); `stop_id` ends an answer; `vocab_size` is
-    the model's output size (every id the tokenizer knows, added ones included)."""
+    `dest` (the harness adds the model's config, and reads specregen's tokenizer from the same
+    folder); `stop_id` ends an answer; `vocab_size` is the model's output size (every id the
+    tokenizer knows, added ones included)."""
 
     format_name: str
     served_model_name: str
@@ -400,6 +421,9 @@ class RealVllmSpec:
     # (its fidelity corpus) as `RealCase`s.
     corpus: str
     trust_remote_code: bool = False
+    # More `vllm serve` arguments the family needs (K3: `--tokenizer-mode kimi_k3`, the mode
+    # a real K3 checkpoint's architecture selects by itself).
+    server_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

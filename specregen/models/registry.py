@@ -41,6 +41,9 @@ FORMATS: tuple[FormatEntry, ...] = (
     FormatEntry("qwen3", "specregen.models.qwen3",
                 re.compile(r"(?:^|/)qwen3(?![\w.]*-?vl)", re.IGNORECASE),
                 bundled_tokenizer="mini-qwen3"),
+    FormatEntry("kimi-k3", "specregen.models.kimi_k3",
+                re.compile(r"(?:^|/)kimi-k3(?![\w.])", re.IGNORECASE),
+                bundled_tokenizer="mini-k3", tokenizer_env="KIMI_K3_TOKENIZER_DIR"),
 )
 DEFAULT_FORMAT = "kimi-k2.5"
 # The model id a tool serves or asks for when none is given (the emulator's default model).

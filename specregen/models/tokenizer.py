@@ -58,6 +58,10 @@ TOKENIZER_FILES = (
 MINI_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "assets" / "mini_tokenizer"
 # The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`.
 MINI_QWEN3_TOKENIZER_DIR = MINI_TOKENIZER_DIR.parent / "mini_qwen3_tokenizer"
+# The mini ranks under Kimi K3's added-token table (models/kimi_k3/tokens.py `write_mini`).
+MINI_K3_TOKENIZER_DIR = MINI_TOKENIZER_DIR.parent / "mini_k3_tokenizer"
+# Bundled test tokenizers by `load_tokenizer` alias (besides `mini`): each a folder.
+BUNDLED_TOKENIZERS = {"mini-qwen3": MINI_QWEN3_TOKENIZER_DIR, "mini-k3": MINI_K3_TOKENIZER_DIR}
 
 
 class TokenizerError(UsageError, ValueError):
@@ -103,7 +107,8 @@ class Tokenizer:
 
 
 def load_tokenizer(spec: str | Path) -> Tokenizer:
-    """Load a tokenizer from `mini` / `mini-qwen3` (bundled), a local folder, or a hub id.
+    """Load a tokenizer from `mini` / `mini-qwen3` / `mini-k3` (bundled), a local folder, or a
+    hub id.
 
     A folder with `tiktoken.model` + `tokenizer_config.json` is read as the Kimi layout; a folder
     with `tokenizer.json` goes through `transformers.AutoTokenizer`. Anything else that is not an
@@ -111,8 +116,8 @@ def load_tokenizer(spec: str | Path) -> Tokenizer:
     """
     if str(spec) == "mini":
         return load_kimi_tiktoken(MINI_TOKENIZER_DIR, name="specregen-mini")
-    if str(spec) == "mini-qwen3":
-        return load_hf_tokenizer(MINI_QWEN3_TOKENIZER_DIR)
+    if str(spec) in BUNDLED_TOKENIZERS:
+        return _load_folder(BUNDLED_TOKENIZERS[str(spec)])
     path = Path(spec).expanduser()
     if path.is_dir():
         return _load_folder(path)

@@ -17,7 +17,7 @@ from functools import partial
 from specregen.client.request import build_request, request_fingerprint
 from specregen.config import PipelineConfig
 from specregen.errors import PartialFailureError
-from specregen.export.context import LEGACY_FORMAT, context_from_metadata
+from specregen.export.context import context_from_metadata
 from specregen.export.rows import ExportContext, RunMeta
 from specregen.export.runmeta import chunk_run_meta
 from specregen.export.writer import (
@@ -99,7 +99,9 @@ def publish_dataset(run: DatasetRun, gated: StageManifest) -> StageManifest:
     kinds = export_kinds(run.config)
     fallback = ExportContext(
         dataset=run.name,
-        format=LEGACY_FORMAT,
+        # Shards record their format (`specregen` metadata); one that does not was built
+        # with the run's.
+        format=run.config.format_name,
         tokenizer=run.config.tokenizer,
         tokenizer_fingerprint=tokenizer_fingerprint(run.config.tokenizer),
         model=run.config.endpoint.model,

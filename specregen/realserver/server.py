@@ -158,6 +158,7 @@ class VllmServer:
             "--max-model-len", str(MAX_MODEL_LEN),
             "--max-num-batched-tokens", str(MAX_MODEL_LEN * max_num_seqs),
             *(["--trust-remote-code"] if spec.trust_remote_code else []),
+            *spec.server_args,
             *extra_args,
         ]
         env = {**os.environ, **_SERVER_ENV,

@@ -2,13 +2,14 @@
 
 The tests run the CPU build of vLLM from `.venv-vllm` (the test command builds it:
 scripts/setup_vllm.sh). Where it could not be installed they FAIL with the installer's reason;
-they never skip for that. K2.5 needs the real Kimi vocabulary (KIMI_TOKENIZER_DIR, which the
-test command sets from ../shared/kimi) and skips cleanly without it, like every test of the
+they never skip for that. K2.5 and K3 need the real Kimi vocabulary (KIMI_TOKENIZER_DIR, which
+the test command sets from ../shared/kimi) and skip cleanly without it, like every test of the
 reference data.
 
-The K2.5 and Qwen3 servers load different models, so the session holds at most one: asking
-for the other family stops the first. The test files are named so that each family's tests
-run together (test_k25_*, then test_qwen3_*), and the server stops when this folder is done.
+The families' servers load different models, so the session holds at most one: asking for
+another family stops the first. The test files are named so that each family's tests run
+together (test_k25_*, then test_qwen3_*, then test_x_k3_*), and the server stops when this
+folder is done. Each family's tokenizer is read from the model folder its server serves.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ class Servers:
         spec = real_vllm_spec(name, tokenizer_dir)
         assert spec is not None
         server = VllmServer.start(spec, self.workdir / name)
-        tok = load_tokenizer(tokenizer_dir) if tokenizer_dir else load_tokenizer("mini-qwen3")
-        self.current = Family(name, server, tok)
+        # The vocabulary and added-token table the server runs: its model folder's.
+        self.current = Family(name, server, load_tokenizer(server.folder))
         return self.current
 
     def stop(self) -> None:
@@ -103,3 +104,8 @@ def k25(real_servers: Servers) -> Family:
 @pytest.fixture
 def qwen3(real_servers: Servers) -> Family:
     return real_servers.get("qwen3")
+
+
+@pytest.fixture
+def k3(real_servers: Servers) -> Family:
+    return real_servers.get("kimi-k3")

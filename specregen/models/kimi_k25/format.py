@@ -486,7 +486,8 @@ class KimiK25:
 
     def prompt_variants(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, thinking: bool,
-                        traits: ProviderTraits) -> list[list[int]]:
+                        traits: ProviderTraits, request: dict[str, Any] | None = None
+                        ) -> list[list[int]]:
         return kimi_readings.prompt_variants(self, messages, tools, thinking, traits)
 
     def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:

@@ -305,7 +305,8 @@ class Qwen3:
 
     def prompt_variants(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, thinking: bool,
-                        traits: ProviderTraits) -> list[list[int]]:
+                        traits: ProviderTraits, request: dict[str, Any] | None = None
+                        ) -> list[list[int]]:
         """The server's view first (vLLM re-dumps history arguments and joins text parts),
         then the messages as sent; `usage` picks."""
         try:

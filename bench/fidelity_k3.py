@@ -1,0 +1,155 @@
+"""Fidelity of Kimi K3 reconstruction against the restated vLLM 0.32 kimi_k3 parsers, on answer
+shapes.
+
+    python bench/fidelity_k3.py [--requests 200] [--seed 0] [--tokenizer mini-k3]
+                                   [--modes plain,stream] [--passes blind,traits,reference]
+                                   [--shapes clean,cut,...] [--show 3]
+
+Each random answer (specregen/models/kimi_k3/corpus.py: the encoder's layout and the ways a
+sampled K3 leaves it, as true ids, maybe cut by `max_tokens`) is served by the K3 profiles
+`vllm-k3` (vLLM 0.32's kimi_k3 parsers) and `openrouter` (the same behind the router), plain
+and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
+
+* blind: the body without the ids and without provider traits (OpenRouter without a probe);
+* traits: blind, with the traits a probe stores for the profile (`PROFILE_TRAITS`);
+* reference: with the true completion ids handed in.
+
+Prints per profile and mode ok / ok_resplit / wrong_ok / flagged_right / false_alarm / error,
+then per group and shape, the flags on false alarms and the first wrong-ok cases. Exits 1 when
+a headline or adversarial sample is `ok` with wrong ids in any pass (the erased group holds
+what the server's answer does not carry: reported, not gated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specregen.emulator.fidelity import Outcome, Tally, blind_body, compare, table
+from specregen.models.kimi_k3 import KimiK3
+from specregen.models.kimi_k3.corpus import SHAPES, Case, cases, group
+from specregen.models.tokenizer import load_tokenizer
+from specregen.reconstruct import reconstruct
+from specregen.records import ProviderTraits, TokenSample
+
+
+def profile_traits(profile: str, stream: bool) -> ProviderTraits:
+    """What the probe learns of each profile: both count `<|end_of_msg|>` in usage."""
+    return ProviderTraits(counts_stop_token=True)
+
+
+def measure(case: Case, fmt: KimiK3, how: str) -> tuple[TokenSample, Outcome, str]:
+    truth_prompt_len = len(case.body["prompt_token_ids"])
+    if how == "reference":
+        sample = reconstruct(case.sample_id, case.request, case.body, fmt,
+                             reference_completion_ids=case.body["choices"][0]["token_ids"])
+    else:
+        traits = profile_traits(case.profile, case.stream) if how == "traits" else None
+        sample = reconstruct(case.sample_id, case.request, blind_body(case.body), fmt,
+                             traits=traits)
+    if sample.status == "error":
+        return sample, "error", sample.error or ""
+    kind, where = compare(fmt.tok, sample.input_ids, case.truth, sample.prompt_len,
+                          truth_prompt_len)
+    if sample.status == "ok":
+        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
+    else:
+        outcome = "false_alarm" if kind == "exact" else "flagged_right"
+    return sample, outcome, f"{kind}:{where}" if where else kind
+
+
+def describe(case: Case, sample: TokenSample, where: str, tok) -> str:
+    truth = tok.decode(list(case.truth[len(case.body["prompt_token_ids"]):]))
+    ours = tok.decode(list(sample.input_ids[sample.prompt_len:]))
+    msg = case.body["choices"][0]["message"]
+    fields = {k: msg.get(k) for k in ("reasoning", "reasoning_content", "content")
+              if msg.get(k) is not None}
+    calls = [(c["function"]["name"], c["function"]["arguments"])
+             for c in msg.get("tool_calls") or ()]
+    return (f"{case.sample_id} shape={case.shape} diff={where} flags={sample.flags}\n"
+            f"      fields={fields!r} calls={calls!r} "
+            f"finish={case.body['choices'][0]['finish_reason']}\n"
+            f"      truth={truth!r}\n      ours ={ours!r}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tokenizer", default="mini-k3")
+    parser.add_argument("--modes", default="plain,stream")
+    parser.add_argument("--passes", default="blind,traits,reference")
+    parser.add_argument("--shapes", default="", help="only these shapes (comma-separated)")
+    parser.add_argument("--show", type=int, default=3, help="wrong-ok cases shown per table row")
+    args = parser.parse_args()
+
+    tok = load_tokenizer(args.tokenizer)
+    fmt = KimiK3(tok)
+    streams = tuple(m == "stream" for m in args.modes.split(","))
+    shapes = [s for s in args.shapes.split(",") if s] or None
+    for s in shapes or ():
+        if s not in SHAPES:
+            parser.error(f"unknown shape {s!r}; known: {', '.join(SHAPES)}")
+    started = time.perf_counter()
+    corpus = list(cases(tok, args.requests, args.seed, streams=streams, shapes=shapes))
+    built = time.perf_counter() - started
+    print(f"{len(corpus)} cases from {args.requests} answers in {built:.1f}s "
+          f"(shapes {dict(Counter(c.shape for c in corpus))}; tokenizer {tok.name})")
+    headline_wrong = 0
+    for how in args.passes.split(","):
+        started = time.perf_counter()
+        tallies: dict[tuple[str, bool], Tally] = {}
+        errors: Counter[str] = Counter()
+        for case in corpus:
+            sample, outcome, where = measure(case, fmt, how)
+            if outcome == "error":
+                errors[where] += 1
+            tallies.setdefault((case.profile, case.stream), Tally()).add(case, sample, outcome,
+                                                                          where)
+        print(f"\n== {how} ({time.perf_counter() - started:.1f}s)")
+        print(table(tallies))
+        total: Counter[str] = Counter()
+        by_shape: dict[str, Counter[str]] = {}
+        by_group: dict[str, Counter[str]] = {}
+        flags: Counter[str] = Counter()
+        for (profile, stream), tally in tallies.items():
+            total.update(tally.outcomes)
+            flags.update(tally.flags)
+            for shape, counter in tally.by_shape.items():
+                by_shape.setdefault(shape, Counter()).update(counter)
+                by_group.setdefault(group(shape, profile, stream), Counter()).update(counter)
+        n = sum(total.values())
+        right = total["ok"] + total["ok_resplit"] + total["false_alarm"]
+        print(f"all: wrong_ok {total['wrong_ok']}/{n}, false alarms {total['false_alarm']}/"
+              f"{right} of the samples with right ids "
+              f"({100 * total['false_alarm'] / max(1, right):.1f}%), errors {total['error']}")
+        for name in ("headline", "adversarial", "erased"):
+            counter = by_group.get(name, Counter())
+            right = counter["ok"] + counter["ok_resplit"] + counter["false_alarm"]
+            print(f"{name}: wrong_ok {counter['wrong_ok']}/{sum(counter.values())}, "
+                  f"false alarms {counter['false_alarm']}/{right}")
+            if name != "erased":
+                headline_wrong += counter["wrong_ok"]
+        for shape, c in sorted(by_shape.items()):
+            right = c["ok"] + c["ok_resplit"] + c["false_alarm"]
+            print(f"  shape {shape:<16} n={sum(c.values()):>5} wrong_ok={c['wrong_ok']:>3} "
+                  f"false_alarm={c['false_alarm']}/{right} "
+                  f"flagged_right={c['flagged_right']} error={c['error']}")
+        if flags:
+            print(f"  flags on false alarms: {dict(flags.most_common(10))}")
+        for (profile, stream), tally in sorted(tallies.items()):
+            for case, sample, where in tally.wrong[:args.show]:
+                print(f"  wrong_ok {profile} {'stream' if stream else 'plain'}: "
+                      + describe(case, sample, where, tok))
+        for error, count in errors.most_common(3):
+            print(f"  error x{count}: {error}")
+    return 1 if headline_wrong else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

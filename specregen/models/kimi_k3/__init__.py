@@ -1,0 +1,68 @@
+"""Kimi K3 as a chat format (docs/kimi-k3.md).
+
+encoding.py: K3's prompt rendering as segments (our own encoder; the real-vLLM folder carries
+it as `encoding_k3.py`); tokens.py: K3's added-token table and tokenizer folders; format.py:
+prompt encoding, completion assembly, the raw tool-call parser, the gate's rules; readings.py:
+what vLLM 0.32's kimi_k3 parsers leave open; servers.py: those parsers and vLLM's prompt
+handling, restated. The emulator's side: served.py; the fidelity corpus: corpus.py; the
+real-vLLM folder: realvllm.py + hf_tokenizer.py; the endpoint probe's rules: probe.py.
+"""
+
+from specregen.models.kimi_k3.encoding import (
+    CLOSE,
+    END_OF_MSG,
+    MARKERS,
+    OPEN,
+    SEP,
+    EncodingError,
+    render_segments,
+)
+from specregen.models.kimi_k3.format import (
+    THINKING_SWITCH,
+    TOOL_ID_IN_TOKENS,
+    Assembled,
+    KimiK3,
+    completion_segments,
+    is_server_tool_id,
+    make_format,
+    parse_calls,
+    source_files,
+)
+from specregen.models.kimi_k3.probe import make_probe_rules
+from specregen.models.kimi_k3.tokens import (
+    ADDED_IDS,
+    ADDED_TOKENS,
+    REQUIRED_TOKENS,
+    check_tokenizer,
+    write_tokenizer_folder,
+)
+
+# Reconstruction reads the probe's `counts_stop_token` (reconstruct.py, any format); the probe
+# also refuses a tool-call dataset whose calls come back unrecoverable before anything is paid.
+READS_PROVIDER_TRAITS = True
+
+__all__ = [
+    "ADDED_IDS",
+    "ADDED_TOKENS",
+    "CLOSE",
+    "END_OF_MSG",
+    "MARKERS",
+    "OPEN",
+    "READS_PROVIDER_TRAITS",
+    "REQUIRED_TOKENS",
+    "SEP",
+    "THINKING_SWITCH",
+    "TOOL_ID_IN_TOKENS",
+    "Assembled",
+    "EncodingError",
+    "KimiK3",
+    "check_tokenizer",
+    "completion_segments",
+    "is_server_tool_id",
+    "make_format",
+    "make_probe_rules",
+    "parse_calls",
+    "render_segments",
+    "source_files",
+    "write_tokenizer_folder",
+]
