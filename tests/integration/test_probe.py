@@ -81,12 +81,16 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
                                 fmt=KimiK25(tok), tokenizer="mini")
     s = {x.name: x for x in result.scenarios}
     assert list(s) == ["tools", "system_prompt", "glaive", "thinking_on", "thinking_off",
-                       "history", "plain"]
+                       "history", "plain", "logprobs"]
     assert all(not x.errors and x.where_counts for x in s.values())
     recoverable = profile in RECOVERABLE_PROFILES
-    # Every scenario asks for a call but `plain`, which asks a question without tools.
-    assert (s["plain"].calls_where, s["plain"].recoverable) == ("none", None)
-    s.pop("plain")
+    # Every scenario asks for a call but `plain` and `logprobs`, which ask questions without
+    # tools.
+    for name in ("plain", "logprobs"):
+        assert (s[name].calls_where, s[name].recoverable) == ("none", None), name
+        s.pop(name)
+    # No emulated stack puts spaces around added tokens when asked not to (the client does).
+    assert result.findings.spaces_around_added_tokens is False, result.findings.evidence
     # With tools: structured where the stack parses calls, raw text where it does not.
     for name in ("tools", "thinking_on", "thinking_off", "history"):
         assert s[name].calls_where == TOOLS_WHERE[profile], name
@@ -176,9 +180,11 @@ def test_the_probe_learns_each_stacks_parser_traits(tok, profile, stream):
         expected.update(STREAMED.get(profile, {}))
     found = {name: getattr(result.findings, name) for name in FINDING_NAMES}
     assert found == expected, result.findings.evidence
-    assert result.traits() == ProviderTraits(**{n: expected[n] for n in FINDING_NAMES[:5]})
-    assert result.probe_requests == 12 and result.probe_cost_usd > 0
-    assert sum(o.attempts for s in result.scenarios for o in s.observations) == 12
+    assert result.traits() == ProviderTraits(**{n: expected[n] for n in FINDING_NAMES[:5]},
+                                             spaces_around_added_tokens=False)
+    # Seven scenarios (the six with and without tools, logprobs) of two requests each.
+    assert result.probe_requests == 14 and result.probe_cost_usd > 0
+    assert sum(o.attempts for s in result.scenarios for o in s.observations) == 14
 
 
 # The model opens its tool section before `</think>`: vLLM's kimi_k2 parser before 0.32 leaves
@@ -424,7 +430,9 @@ def test_qwen3_endpoints_are_probed(qwen3_tok, profile, stream):
     assert "nothing to renumber" in f.evidence["renumbers_tool_ids"]
     assert f.strips_content_beside_calls is QWEN3_STRIPS[(profile, stream)], f.evidence
     assert not any("tool_id_rewritten" in n for n in result.notes)
-    assert result.probe_requests == 18 and result.probe_cost_usd > 0
+    # The emulator sends no logprobs; Qwen3's fast tokenizer puts no spaces in (not examined).
+    assert (f.returns_logprobs, f.spaces_around_added_tokens) == (False, None), f.evidence
+    assert result.probe_requests == 21 and result.probe_cost_usd > 0
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
@@ -453,7 +461,7 @@ def test_cli_probes_a_qwen3_endpoint(tmp_path, qwen3_tok):
     assert result.exit_code == 0, result.output
     profile = load_profile(out)
     assert profile.model == QWEN3_MODEL and profile.tokenizer == "mini-qwen3"
-    assert profile.tool_calls_recoverable is True and sent == profile.probe_requests == 12
+    assert profile.tool_calls_recoverable is True and sent == profile.probe_requests == 14
     assert profile.findings.strips_content_beside_calls is False
     assert "tool calls recoverable as tools: yes" in result.output
     text = " ".join(result.output.split())
