@@ -81,7 +81,8 @@ def export(
     target = out or Path(f"{pub.dataset}-{kind}.jsonl")
     # The metadata the pipeline's own train.jsonl carries (pipeline/publish.py), the
     # tokenizer's fingerprint included.
-    fallback = ExportContext(dataset=pub.dataset, format=LEGACY_FORMAT, tokenizer=spec,
+    fallback = ExportContext(dataset=pub.dataset,
+                             format=extra.get("format") or LEGACY_FORMAT, tokenizer=spec,
                              tokenizer_fingerprint=tokenizer_fingerprint(
                                  extra.get("tokenizer") or spec),
                              model=extra.get("model"))

@@ -29,6 +29,10 @@ INTERNAL = {
     # -> the emulated server's HTTP 400 body (what a real server answers a bad request with)
     "specregen.emulator.generate.RequestError": "the emulator's 400 answer",
     "specregen.models.qwen3.servers.RequestError": "the emulator's 400 answer",
+    "specregen.models.kimi_k3.servers.RequestError": "the emulator's 400 answer",
+    # -> re-raised as FormatError by KimiK3 (the encoder is standard library only: the real-vLLM
+    # model folder carries it as its own file, so it cannot derive from specregen.errors)
+    "specregen.models.kimi_k3.encoding.EncodingError": "re-raised as FormatError",
     # -> the restated SGLang stream parser's "nothing to complete yet" (upstream swallows it too)
     "specregen.models.qwen3.servers._PartialJSONError": "caught by the stream restatement",
 }

@@ -63,22 +63,22 @@ def _stream(url: str, request: dict) -> dict:
     return body
 
 
-@pytest.fixture(scope="module")
-def loop(qwen, tmp_path_factory):
+def _loop(qwen, folder, profile: str) -> list[tuple[dict, dict]]:
     """The streamed requests s0 (first answer: reasoning, then a call) and s1 (after the
     first call's result), each with its response."""
-    book = tmp_path_factory.mktemp("q3") / "conversations.jsonl"
+    book = folder / "conversations.jsonl"
     book.write_text(json.dumps(CONVERSATION) + "\n")
-    config = EmulatorConfig(profile="vllm-hermes", format="qwen3", model="qwen/qwen3-8b",
+    config = EmulatorConfig(profile=profile, format="qwen3", model="qwen/qwen3-8b",
                             seed=3, divergence_rate=0.0, conversations=str(book))
     messages = CONVERSATION["messages"][:1]
     out = []
     with serve_in_thread(config, qwen.tok) as emu:
+        url = emu.openrouter_url if profile == "openrouter" else emu.url
         for step in range(2):
             request = {"model": "qwen/qwen3-8b", "messages": list(messages),
                        "tools": [WEATHER], "return_token_ids": True,
                        "stream_options": {"include_usage": True}}
-            body = _stream(emu.url, request)
+            body = _stream(url, request)
             out.append(({**request, "stream": True}, body))
             completion = normalize_response(body)
             assert completion.tool_calls, step  # divergence 0: the dataset's calls
@@ -87,6 +87,18 @@ def loop(qwen, tmp_path_factory):
                          {"role": "tool", "tool_call_id": call.id,
                           "content": "18C" if step == 0 else "25C"}]
     return out
+
+
+@pytest.fixture(scope="module")
+def loop(qwen, tmp_path_factory):
+    """vLLM 0.32 (`vllm-hermes`)."""
+    return _loop(qwen, tmp_path_factory.mktemp("q3"), "vllm-hermes")
+
+
+@pytest.fixture(scope="module")
+def earlier_loop(qwen, tmp_path_factory):
+    """The earlier vLLM's qwen3 parser, behind OpenRouter (`openrouter`)."""
+    return _loop(qwen, tmp_path_factory.mktemp("q3-earlier"), "openrouter")
 
 
 def _truth(body: dict) -> list[int]:
@@ -131,10 +143,23 @@ def test_content_before_the_streamed_call_is_placed_without_a_probe(qwen, loop):
     assert "reading_ambiguous" in reconstruct("s0", request, unnoted, qwen).flags
 
 
-def test_a_tool_loops_reasoning_sent_as_content_is_read_back(qwen, loop):
+def test_a_tool_loops_reasoning_is_streamed_as_reasoning_by_vllm_032(qwen, loop):
     request, body = loop[1]
     message = body["choices"][0]["message"]
-    # vLLM's qwen3 parser saw `</think>` last in the prompt: everything came as content.
+    # 0.32's prompt check stops at the last `<|im_start|>`: the earlier turn's `</think>` does
+    # not end this one's reasoning (docs/vllm-0.32.md, item 31).
+    assert message["reasoning"] and not (message["content"] or "").startswith("<think>")
+    assert message["tool_calls"]
+    sample = reconstruct("s1", request, _bare(body), qwen)
+    assert sample.input_ids[sample.prompt_len:] == _truth(body)
+    assert sample.status == "ok", sample.flags
+    assert "reasoning_unsplit" not in sample.flags
+
+
+def test_a_tool_loops_reasoning_sent_as_content_is_read_back(qwen, earlier_loop):
+    request, body = earlier_loop[1]
+    message = body["choices"][0]["message"]
+    # The earlier qwen3 parser saw `</think>` last in the prompt: everything came as content.
     assert message.get("reasoning") is None and message["content"].startswith("<think>")
     assert message["tool_calls"]
     sample = reconstruct("s1", request, _bare(body), qwen)

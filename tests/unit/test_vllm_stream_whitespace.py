@@ -96,8 +96,10 @@ def test_streamed_vllm_answers_that_lost_whitespace_are_never_ok():
     traits = ProviderTraits(counts_stop_token=True, renumbers_tool_ids=False)
     with serve_in_thread(EmulatorConfig(profile="vllm-legacy", seed=0), TOK) as emu:
         for prompt in _code_prompts(10):
+            # As the client asks: no spaces around added tokens (those are read elsewhere).
             request = {"messages": prompt.messages, "max_tokens": 2048, "stream": True,
-                       "stream_options": {"include_usage": True}, "return_token_ids": True}
+                       "stream_options": {"include_usage": True}, "return_token_ids": True,
+                       "spaces_between_special_tokens": False}
             text = httpx.post(emu.url + "/chat/completions", json=request, timeout=20).text
             body, done = assemble_lines(text.splitlines())
             assert done

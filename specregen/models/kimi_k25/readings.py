@@ -120,11 +120,13 @@ def remove_inserted_spaces(completion: Completion, calls: list[ToolCall], *, thi
     space does not): the server inserted none."""
     reasoning, content = completion.reasoning, completion.content
     closed = bool(content) or bool(calls) or completion.finish_reason != "length"
-    if thinking and reasoning:
+    if reasoning:
+        # With thinking off too: the prompt then ends in `</think>`, and a reasoning field is
+        # the answer a forcing parser called reasoning (or the server's own `<think>` turn).
         if not reasoning.startswith(" "):
             return None
         reasoning = reasoning[1:]
-        if closed and reasoning.endswith(" "):
+        if thinking and closed and reasoning.endswith(" "):
             reasoning = reasoning[:-1]
     if content and content.strip():
         if not content.startswith(" "):
