@@ -311,6 +311,10 @@ class ProbeRules(Protocol):
     `reasoning_end`: the marker text closing the reasoning; `thinking_switch`: the
     `chat_template_kwargs` key; `uncountable_flags`: `assemble_as_returned` flags that say the
     returned fields are not what the model wrote (no base for counting tokens).
+
+    Optional: `without_inserted_spaces(completion, *, thinking, streamed)`, the fields without
+    the spaces a slow detokenizer puts around added tokens (None: they cannot carry them), for a
+    format that lists `spaces_around_added_tokens` in `extra_findings`.
     """
 
     id_form: str

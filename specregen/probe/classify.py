@@ -248,7 +248,7 @@ def observe(
         obs.whitespace = "kept" if parsed else "unknown"
     if fmt is not None:
         _count_tokens(obs, request, response, fmt, reference)
-        _count_raw(obs, completion, finding, fmt, rules)
+        _count_raw(obs, completion, finding, fmt, rules, streamed=request.get("stream") is True)
     if request.get("logprobs"):
         obs.logprobs_coverage, obs.logprobs_why = logprobs_coverage(completion, fmt)
     return obs
@@ -315,12 +315,34 @@ def content_as_written(returned: str | None, text: str, rules: ProbeRules) -> bo
     return False if returned == written.strip() else None
 
 
+def _despaced_offset(obs: Observation, completion: Completion, fmt: ChatFormat,
+                     rules: ProbeRules, reported: int, *, thinking: bool,
+                     truncated: bool, streamed: bool) -> int | None:
+    """The raw offset of the fields without the spaces a server may have put around added
+    tokens: where they all begin with one and the format says how to take them out."""
+    despace = getattr(rules, "without_inserted_spaces", None)
+    if despace is None or obs.leading_spaces != "all":
+        return None
+    despaced = despace(completion, thinking=thinking, streamed=streamed)
+    if despaced is None:
+        return None
+    try:
+        assembled = rules.assemble_as_returned(fmt, despaced, thinking=thinking,
+                                               truncated=truncated,
+                                               history=obs.history_tool_calls)
+    except (FormatError, KeyError, TypeError, AttributeError):
+        return None
+    return reported - len(assembled.ids)
+
+
 def _count_raw(
     obs: Observation,
     completion: Completion,
     finding: CallsFinding,
     fmt: ChatFormat,
     rules: ProbeRules,
+    *,
+    streamed: bool,
 ) -> None:
     """usage minus the returned fields assembled exactly as returned, and whether that answer
     is a clean base for counting. Deliberately not `reconstruct`: the probe must see the
@@ -338,6 +360,9 @@ def _count_raw(
         return
     if reported is not None:
         obs.raw_completion_offset = reported - len(assembled.ids)
+        obs.despaced_completion_offset = _despaced_offset(
+            obs, completion, fmt, rules, reported, thinking=thinking, truncated=truncated,
+            streamed=streamed)
     reasoned = bool(completion.reasoning)
     restored_flag = getattr(rules, "restored_separators_flag", None)
     if (restored_flag and obs.content_beside_calls == "bare"

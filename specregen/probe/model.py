@@ -105,6 +105,10 @@ class Observation:
     # From the model's token ids: the returned reasoning is what it wrote with a space put
     # before it (True), or as written (False).
     spaces_by_ids: bool | None = None
+    # `raw_completion_offset` of the fields with the inserted spaces taken out (the format's
+    # probe rules say how), where they could have been inserted: the count to read when the
+    # probe finds that the server inserts them.
+    despaced_completion_offset: int | None = None
     # The answer's logprobs: "all" (they name every generated token), "partial" (some entries
     # cannot be read as tokens, or fewer entries than tokens), "none" (not returned); None
     # without a tokenizer to read them with. `logprobs_why` says what was missing.

@@ -67,7 +67,9 @@ and the shape of the returned fields do, where only one reading explains them.
   field that does not votes false; true needs two such answers (one could be the model's
   own spaces) and no contrary one. The probe sends its requests as the run does: to vLLM and
   SGLang the run sends `spaces_between_special_tokens: false`, so there it finds false unless
-  the server ignores the option; `specregen probe --server-defaults` asks without it.
+  the server ignores the option; `specregen probe --server-defaults` asks without it. Where
+  it is true, the count findings below read each answer's fields with the spaces taken out
+  (`without_inserted_spaces`, the format's rule): the spaces are not the model's tokens.
 
 A format whose call ids carry no running count (`ProbeRules.id_index` is always None: ids the
 server makes) gives `renumbers_tool_ids` no vote, and says so; a format without a placeholder
@@ -77,6 +79,7 @@ gives `deletes_no_content` none either.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from specregen.models.chat_format import ProbeRules
 from specregen.probe.model import Observation, ParserFindings, ScenarioResult
@@ -95,6 +98,14 @@ def infer_findings(
     answered = [o for s in scenarios for o in s.observations if o.ok]
     findings = ParserFindings()
     evidence = findings.evidence
+    extra = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
+    if "spaces_around_added_tokens" in extra:
+        findings.spaces_around_added_tokens, evidence["spaces_around_added_tokens"] = (
+            _spaces(answered))
+        if findings.spaces_around_added_tokens:
+            # The counts are the model's text without the server's spaces.
+            answered = [replace(o, raw_completion_offset=o.despaced_completion_offset)
+                        if o.despaced_completion_offset is not None else o for o in answered]
     findings.counts_stop_token, evidence["counts_stop_token"] = _stop_token(answered)
     if rules is not None and not rules.placeholder:
         findings.deletes_no_content, evidence["deletes_no_content"] = None, (
@@ -109,14 +120,10 @@ def infer_findings(
     findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
         answered, findings.counts_stop_token)
     findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
-    extra = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
     if "strips_content_beside_calls" in extra:
         findings.strips_content_beside_calls, evidence["strips_content_beside_calls"] = (
             _stripping(answered, findings.counts_stop_token))
     findings.returns_logprobs, evidence["returns_logprobs"] = _logprobs(scenarios)
-    if "spaces_around_added_tokens" in extra:
-        findings.spaces_around_added_tokens, evidence["spaces_around_added_tokens"] = (
-            _spaces(answered))
     return findings
 
 

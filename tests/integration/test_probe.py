@@ -466,3 +466,17 @@ def test_cli_probes_a_qwen3_endpoint(tmp_path, qwen3_tok):
     assert "tool calls recoverable as tools: yes" in result.output
     text = " ".join(result.output.split())
     assert "strips_content_beside_calls: returns the text before tool calls as written" in text
+
+
+@pytest.mark.parametrize("profile", ["vllm", "vllm-legacy"])
+def test_the_probe_counts_without_the_spaces_a_server_inserts(tok, profile):
+    """Asked the server's default way, vLLM's detokenizer puts spaces around K2.5's added
+    tokens: the probe names them, and reads the counts without them (vLLM counts the stop
+    token, as asked the client's way)."""
+    with emulator(profile, tok) as emu:
+        result = probe_endpoint(endpoint(emu, profile, text_as_written=False), None,
+                                build_scenarios(2), fmt=KimiK25(tok), tokenizer="mini")
+    f = result.findings
+    assert f.spaces_around_added_tokens is True, f.evidence
+    assert f.counts_stop_token is True, f.evidence
+    assert result.traits().spaces_around_added_tokens is True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
@@ -28,7 +29,7 @@ from specregen.models.kimi_k25.format import (
     has_marker_text,
     looks_stripped,
 )
-from specregen.models.kimi_k25.readings import NO_CONTENT
+from specregen.models.kimi_k25.readings import NO_CONTENT, remove_inserted_spaces
 from specregen.records import Completion
 
 _ID_INDEX = re.compile(r":(\d+)\s*$")
@@ -97,6 +98,15 @@ class KimiProbeRules:
         return fmt.assemble(completion.reasoning if thinking else None, completion.content,
                             completion.tool_calls, thinking=thinking, truncated=truncated,
                             first_tool_index=history)
+
+    def without_inserted_spaces(self, completion: Completion, *, thinking: bool,
+                                streamed: bool) -> Completion | None:
+        despaced = remove_inserted_spaces(completion, list(completion.tool_calls),
+                                          thinking=thinking, streamed=streamed)
+        if despaced is None:
+            return None
+        fields, calls = despaced
+        return replace(fields, tool_calls=calls)
 
 
 RULES = KimiProbeRules()
