@@ -7,9 +7,10 @@ the test command sets from ../shared/kimi) and skip cleanly without it, like eve
 reference data.
 
 The families' servers load different models, so the session holds at most one: asking for
-another family stops the first. The test files are named so that each family's tests run
-together (test_k25_*, then test_qwen3_*, then test_x_k3_*), and the server stops when this
-folder is done. Each family's tokenizer is read from the model folder its server serves.
+another family stops the first. The tests are run family by family (`FAMILY_ORDER`, whatever
+their file: a test takes its family by the fixture `k25`, `qwen3`, `k3`, or `family` with the
+family's name as its parameter), and the server stops when this folder is done. Each family's
+tokenizer is read from the model folder its server serves.
 """
 
 from __future__ import annotations
@@ -94,6 +95,37 @@ def real_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     servers = Servers(tmp_path_factory.mktemp("real-vllm"))
     yield servers
     servers.stop()
+
+
+HERE = Path(__file__).parent
+FAMILY_ORDER = ("kimi-k2.5", "qwen3", "kimi-k3")
+_FIXTURE_FAMILY = {"k25": "kimi-k2.5", "qwen3": "qwen3", "k3": "kimi-k3"}
+
+
+def family_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "family" in callspec.params:
+        return str(callspec.params["family"])
+    names = getattr(item, "fixturenames", ())
+    return next((f for n, f in _FIXTURE_FAMILY.items() if n in names), None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One server start per family: this folder's tests sorted by family, in file order
+    within one (a stable sort; tests of other folders keep their places)."""
+    here = [i for i, item in enumerate(items) if Path(str(item.path)).parent == HERE]
+    ours = [items[i] for i in here]
+    rank = {name: n for n, name in enumerate(FAMILY_ORDER)}
+    ours.sort(key=lambda item: rank.get(family_of(item) or "", len(rank)))
+    for i, item in zip(here, ours, strict=True):
+        items[i] = item
+
+
+@pytest.fixture
+def family(request: pytest.FixtureRequest, real_servers: Servers) -> Family:
+    """The family named by the test's parameter
+    (`@pytest.mark.parametrize("family", [...], indirect=True)`)."""
+    return real_servers.get(request.param)
 
 
 @pytest.fixture

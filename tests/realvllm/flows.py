@@ -15,6 +15,9 @@ from specregen.store.token_samples import read_token_samples
 from tests.integration.test_conversation_samples import conversations
 from tests.support import strip_server_ids
 
+# The families whose tests are written once for all (K3's own are in test_k3_conformance.py).
+FAMILIES = ["kimi-k2.5", "qwen3"]
+
 
 def single_turns(n: int) -> list[dict]:
     """Prompts that call for the tool, and some that do not."""

@@ -1,6 +1,6 @@
 """Our restatement of vLLM 0.32's kimi_k3 reasoning and tool parsers (models/kimi_k3/servers.py)
 on the shapes docs/kimi-k3.md §4 describes, plain and streamed; the real server is checked in
-tests/realvllm/test_x_k3_conformance.py."""
+tests/realvllm/test_k3_conformance.py."""
 
 from __future__ import annotations
 

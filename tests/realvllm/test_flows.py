@@ -1,4 +1,4 @@
-"""`specregen infer` and `specregen reconstruct` against the real vLLM with K2.5: single turns
+"""`specregen infer` and `specregen reconstruct` against the real vLLM, per family: single turns
 and whole conversations, streamed and not. The server's own ids (`return_token_ids`) are the
 truth: blind (the ids stripped from the raw log) every sample's prompt is the server's and its
 loss mask covers exactly the ids the server says the model generated; with them, every sample
@@ -13,14 +13,15 @@ from tests.integration.test_conversation_samples import (
     assert_masks_are_the_generated_ids,
     conversations,
 )
-from tests.realvllm.flows import infer_and_reconstruct, single_turns
+from tests.realvllm.flows import FAMILIES, infer_and_reconstruct, single_turns
 
 STREAMS = ["--stream", "--no-stream"]
+pytestmark = pytest.mark.parametrize("family", FAMILIES, indirect=True)
 
 
 @pytest.mark.parametrize("stream", STREAMS)
-def test_single_turns_are_the_servers_ids(k25, tmp_path, stream):
-    samples, truth = infer_and_reconstruct(k25, tmp_path, single_turns(6), stream,
+def test_single_turns_are_the_servers_ids(family, tmp_path, stream):
+    samples, truth = infer_and_reconstruct(family, tmp_path, single_turns(6), stream,
                                            blind=False, seed=1)
     assert len(samples) == 6
     for s in samples:
@@ -31,10 +32,11 @@ def test_single_turns_are_the_servers_ids(k25, tmp_path, stream):
 
 
 @pytest.mark.parametrize("stream", STREAMS)
-def test_whole_conversations_mask_what_the_server_says_the_model_wrote(k25, tmp_path, stream):
-    samples, truth = infer_and_reconstruct(k25, tmp_path, conversations(4), stream,
+def test_whole_conversations_mask_what_the_server_says_the_model_wrote(family, tmp_path,
+                                                                       stream):
+    samples, truth = infer_and_reconstruct(family, tmp_path, conversations(4), stream,
                                            "--turns", "all", seed=5, divergence_rate=0.3)
-    assert_masks_are_the_generated_ids(samples, truth, k25.spec.stop_id)
+    assert_masks_are_the_generated_ids(samples, truth, family.spec.stop_id)
     assert any(sum(s.loss_mask) > s.completion_len for s in samples)  # tool loops masked
     # Blind, a sample is trusted only where nothing can differ; none is trusted wrongly
     # (the masks above are the truth).
@@ -42,14 +44,14 @@ def test_whole_conversations_mask_what_the_server_says_the_model_wrote(k25, tmp_
         (s.sample_id, s.flags) for s in samples]
 
 
-def test_logprobs_prove_the_ids_without_the_servers_ids(k25, tmp_path):
-    samples, truth = infer_and_reconstruct(k25, tmp_path, single_turns(6), "--no-stream",
+def test_logprobs_prove_the_ids_without_the_servers_ids(family, tmp_path):
+    samples, truth = infer_and_reconstruct(family, tmp_path, single_turns(6), "--no-stream",
                                            "--logprobs", blind=False, seed=2)
     for s in samples:
         record = truth[s.sample_id]
         # The raw log holds the server's ids too; strip them and the logprobs still prove it.
         assert s.input_ids[s.prompt_len:] == record["reference_completion_ids"]
-    blind, truth = infer_and_reconstruct(k25, tmp_path / "again", single_turns(6),
+    blind, truth = infer_and_reconstruct(family, tmp_path / "again", single_turns(6),
                                          "--no-stream", "--logprobs", blind=True, seed=2,
                                          keep_logprobs=True)
     for s in blind:
