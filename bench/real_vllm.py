@@ -6,7 +6,7 @@
 
 For each family a real vLLM (the CPU build in .venv-vllm, scripts/setup_vllm.sh) serves the
 scripted model (specregen/realserver/) with the family's parsers. Each request of the family's
-fidelity corpus (bench/fidelity.py, bench/fidelity_qwen3.py, bench/fidelity_k3.py) is scripted
+fidelity corpus (bench/fidelity.py for K2.5, bench/fidelity_corpus.py for the others) is scripted
 with the ids the model writes and sent plain and streamed, with the server's defaults and with
 the options the client sends. Prints per family:
 

@@ -103,6 +103,13 @@ def real_vllm_spec(name: str, tokenizer_dir: Path | None = None) -> RealVllmSpec
     return None if module is None else module.real_vllm_spec(tokenizer_dir)
 
 
+def fidelity_corpus(name: str) -> Any | None:
+    """Format `name`'s answer-shape corpus for the fidelity bench (its package's `corpus`:
+    `SHAPES`, `GATED_GROUPS`, `cases`, `group`, `probed_traits`), or None. K2.5's is the
+    emulator's own (`emulator/fidelity.py`, bench/fidelity.py)."""
+    return _optional_module(name, "corpus")
+
+
 def format_source_files(name: str) -> tuple[Path, ...]:
     """The files whose text decides the ids format `name` builds (for fingerprints)."""
     module = importlib.import_module(_entry(name).package)

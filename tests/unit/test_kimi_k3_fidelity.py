@@ -1,6 +1,6 @@
 """Kimi K3 fidelity: the emulator serving K3 (profiles vllm-k3 and openrouter) and the answer-
-shape corpus (models/kimi_k3/corpus.py, bench/fidelity_k3.py) rebuild to the model's true ids,
-never `ok` with wrong ones.
+shape corpus (models/kimi_k3/corpus.py, bench/fidelity_corpus.py --format kimi-k3) rebuild
+to the model's true ids, never `ok` with wrong ones.
 
 The emulator's ids come from the encoder's history rendering (`served.model_ids`), reconstruction
 assembles from the fields (`format.completion_segments`): independent paths, so agreement is
@@ -18,10 +18,9 @@ from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.fidelity import blind_body, compare
 from specregen.emulator.server import serve_in_thread
 from specregen.models.kimi_k3 import KimiK3
-from specregen.models.kimi_k3.corpus import cases, group, real_cases
+from specregen.models.kimi_k3.corpus import cases, group, probed_traits, real_cases
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
-from specregen.records import ProviderTraits
 from tests.unit.test_emulator import assemble_sse
 
 MODEL = "moonshotai/kimi-k3"
@@ -101,15 +100,15 @@ def test_the_emulator_serves_k3_with_its_profiles_only(k3: KimiK3) -> None:
 
 
 def test_the_corpus_is_never_ok_with_wrong_ids(k3: KimiK3) -> None:
-    """bench/fidelity_k3.py's measure on a small corpus: no headline or adversarial answer is
-    `ok` with ids other than the truth, blind or with the probe's traits; nor any with the
+    """bench/fidelity_corpus.py's measure on a small K3 corpus: no headline or adversarial
+    answer is `ok` with ids other than the truth, blind or with the probe's traits; nor any with the
     server's ids."""
     outcomes: Counter[str] = Counter()
-    traits = ProviderTraits(counts_stop_token=True)
     for case in cases(k3.tok, 60, seed=11):
         for how in ("blind", "traits"):
             sample = reconstruct(case.sample_id, case.request, blind_body(case.body), k3,
-                                 traits=traits if how == "traits" else None)
+                                 traits=probed_traits(case.profile, case.stream)
+                                 if how == "traits" else None)
             kind, _ = compare(k3.tok, sample.input_ids, case.truth, sample.prompt_len,
                               len(case.body["prompt_token_ids"]))
             name = group(case.shape, case.profile, case.stream)

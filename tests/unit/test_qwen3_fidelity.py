@@ -1,4 +1,4 @@
-"""Qwen3 answer shapes that reconstruction once got wrong (`bench/fidelity_qwen3.py` found them):
+"""Qwen3 answer shapes that reconstruction once got wrong (`bench/fidelity_corpus.py` found them):
 each answer is written as the model's true ids (`corpus.answer_ids`), served through the
 restated parsers and the emulator's framing (`corpus.serve`), rebuilt blind, and checked
 against those true ids -- never against the reader's own output.

@@ -1,7 +1,7 @@
-"""A Kimi K3 answer-shape corpus for the fidelity bench (`bench/fidelity_k3.py`) and the real
-vLLM harness (`real_cases`): answers written the way K3 can write them, as the model's true
-ids, served through the restated vLLM 0.32 kimi_k3 parsers (servers.py) and the emulator's
-response framing, as a client receives them.
+"""A Kimi K3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py --format
+kimi-k3`) and the real vLLM harness (`real_cases`): answers written the way K3 can write
+them, as the model's true ids, served through the restated vLLM 0.32 kimi_k3 parsers
+(servers.py) and the emulator's response framing, as a client receives them.
 
 Emulator/bench code only: reconstruction never imports it, so it is left out of the format's
 fingerprint (`format.source_files`), like `served.py`.
@@ -49,6 +49,7 @@ from specregen.models.kimi_k3.served import KimiK3Server
 from specregen.models.kimi_k3.servers import RequestError
 from specregen.models.kimi_k3.tokens import encode_segments
 from specregen.models.tokenizer import Tokenizer
+from specregen.records import ProviderTraits
 
 MODEL = "moonshotai/kimi-k3"
 PROFILES = ("vllm-k3", "openrouter")
@@ -109,6 +110,16 @@ SHAPES: dict[str, float] = {
 }
 ADVERSARIAL = frozenset({"chars", "combined"})
 ERASED = frozenset({"compact", "index", "bad_type"})
+
+
+# The groups in which an `ok` with wrong ids fails the bench (the others hold what the
+# server's answer does not carry: reported, not gated).
+GATED_GROUPS = ("headline", "adversarial")
+
+
+def probed_traits(profile: str, stream: bool) -> ProviderTraits:
+    """What the endpoint probe learns of each profile: both count `<|end_of_msg|>` in usage."""
+    return ProviderTraits(counts_stop_token=True)
 
 
 def group(shape: str, profile: str | None = None, stream: bool | None = None) -> str:

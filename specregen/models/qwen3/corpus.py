@@ -1,4 +1,4 @@
-"""A Qwen3 answer-shape corpus for the fidelity bench (`bench/fidelity_qwen3.py`): answers
+"""A Qwen3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py`): answers
 written the way Qwen3 can write them, as the model's true ids, served through the restated
 upstream parsers (servers.py) and the emulator's response framing, as a client receives them.
 
@@ -43,6 +43,7 @@ from specregen.models.qwen3.served import Qwen3Server
 from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.tokenizer import Tokenizer
+from specregen.records import ProviderTraits
 
 PROFILES = ("vllm-hermes", "openrouter", "sglang")
 
@@ -87,6 +88,18 @@ SHAPES: dict[str, float] = {
     "combined": 0.04,  # several deviations at once
 }
 ADVERSARIAL = frozenset({"spaced", "chars", "compact_call", "combined"})
+
+
+# The groups in which an `ok` with wrong ids fails the bench (the others hold what the
+# server's answer does not carry: reported, not gated).
+GATED_GROUPS = ("headline",)
+
+
+def probed_traits(profile: str, stream: bool) -> ProviderTraits:
+    """What the endpoint probe learns of each profile: every one counts `<|im_end|>` in usage;
+    only SGLang's plain answers strip the content beside calls."""
+    return ProviderTraits(counts_stop_token=True,
+                          strips_content_beside_calls=profile == "sglang" and not stream)
 
 
 def group(shape: str, profile: str | None = None, stream: bool | None = None) -> str:

@@ -1,21 +1,22 @@
-"""Fidelity of Qwen3 reconstruction against the restated server parsers, on answer shapes.
+"""Fidelity of a family's reconstruction against its restated server parsers, on answer shapes.
 
-    python bench/fidelity_qwen3.py [--requests 200] [--seed 0] [--tokenizer mini-qwen3]
-                                   [--modes plain,stream] [--passes blind,traits,reference]
-                                   [--shapes clean,cut,...] [--show 3]
+    python bench/fidelity_corpus.py [--format qwen3] [--requests 200] [--seed 0]
+                                    [--tokenizer TOKENIZER]
 
-Each random answer (specregen/models/qwen3/corpus.py: the template's layout and the ways a
-sampled Qwen3 leaves it, as true ids, maybe cut by `max_tokens`) is served by the Qwen3
-profiles `vllm-hermes`, `openrouter` (vLLM behind the router) and `sglang`, plain and
-streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
+Each random answer of the family's corpus (`models/<family>/corpus.py`: the template's or the
+encoder's layout and the ways a sampled model leaves it, as true ids, maybe cut by
+`max_tokens`) is served by the family's emulator profiles (Qwen3: `vllm-hermes`, `openrouter`
+-- the earlier vLLM behind the router -- and `sglang`; Kimi K3: `vllm-k3` and `openrouter`),
+plain and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
 
-* blind: the body without the ids and without provider traits (OpenRouter without a probe);
-* traits: blind, with the traits a probe stores for the profile (`PROFILE_TRAITS`);
-* reference: with the true completion ids handed in.
+* `blind`: no server ids, no provider traits (as from OpenRouter);
+* `traits`: with the traits a probe learns of the profile (the corpus' `probed_traits`);
+* `reference`: with the server's own completion ids.
 
-Prints per profile and mode ok / ok_resplit / wrong_ok / flagged_right / false_alarm / error,
-then per shape, the flags on false alarms and the first wrong-ok cases. Exits 1 when a
-headline sample is `ok` with wrong ids in any pass.
+Prints a table per pass (ok / ok_resplit / wrong_ok / flagged_right / false_alarm / error),
+then per group and shape, the flags on false alarms and the first wrong-ok cases. Exits 1 when
+an answer of a gated group (the corpus' `GATED_GROUPS`) is `ok` with wrong ids in any pass.
+K2.5's corpus is bench/fidelity.py's.
 """
 
 from __future__ import annotations
@@ -28,28 +29,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from typing import Any
+
 from specregen.emulator.fidelity import Outcome, Tally, blind_body, compare, table
-from specregen.models.qwen3 import Qwen3
-from specregen.models.qwen3.corpus import SHAPES, Case, cases, group
+from specregen.models.chat_format import ChatFormat
+from specregen.models.registry import bundled_tokenizer, fidelity_corpus, get_format
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
-from specregen.records import ProviderTraits, TokenSample
+from specregen.records import TokenSample
 
 
-def profile_traits(profile: str, stream: bool) -> ProviderTraits:
-    """What the probe learns of each profile: every one counts `<|im_end|>` in usage; only
-    SGLang's plain answers strip the content beside calls."""
-    return ProviderTraits(counts_stop_token=True,
-                          strips_content_beside_calls=profile == "sglang" and not stream)
-
-
-def measure(case: Case, fmt: Qwen3, how: str) -> tuple[TokenSample, Outcome, str]:
+def measure(corpus: Any, case: Any, fmt: ChatFormat, how: str
+            ) -> tuple[TokenSample, Outcome, str]:
     truth_prompt_len = len(case.body["prompt_token_ids"])
     if how == "reference":
         sample = reconstruct(case.sample_id, case.request, case.body, fmt,
                              reference_completion_ids=case.body["choices"][0]["token_ids"])
     else:
-        traits = profile_traits(case.profile, case.stream) if how == "traits" else None
+        traits = corpus.probed_traits(case.profile, case.stream) if how == "traits" else None
         sample = reconstruct(case.sample_id, case.request, blind_body(case.body), fmt,
                              traits=traits)
     if sample.status == "error":
@@ -63,7 +60,7 @@ def measure(case: Case, fmt: Qwen3, how: str) -> tuple[TokenSample, Outcome, str
     return sample, outcome, f"{kind}:{where}" if where else kind
 
 
-def describe(case: Case, sample: TokenSample, where: str, tok) -> str:
+def describe(case: Any, sample: TokenSample, where: str, tok) -> str:
     truth = tok.decode(list(case.truth[len(case.body["prompt_token_ids"]):]))
     ours = tok.decode(list(sample.input_ids[sample.prompt_len:]))
     msg = case.body["choices"][0]["message"]
@@ -79,34 +76,39 @@ def describe(case: Case, sample: TokenSample, where: str, tok) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--format", default="qwen3", help="the family (qwen3, kimi-k3)")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tokenizer", default="mini-qwen3")
+    parser.add_argument("--tokenizer", help="default: the family's bundled one")
     parser.add_argument("--modes", default="plain,stream")
     parser.add_argument("--passes", default="blind,traits,reference")
     parser.add_argument("--shapes", default="", help="only these shapes (comma-separated)")
     parser.add_argument("--show", type=int, default=3, help="wrong-ok cases shown per table row")
     args = parser.parse_args()
 
-    tok = load_tokenizer(args.tokenizer)
-    fmt = Qwen3(tok)
+    corpus = fidelity_corpus(args.format)
+    if corpus is None:
+        parser.error(f"format {args.format!r} has no answer-shape corpus")
+    SHAPES, group = corpus.SHAPES, corpus.group
+    tok = load_tokenizer(args.tokenizer or bundled_tokenizer(args.format))
+    fmt = get_format(args.format, tok)
     streams = tuple(m == "stream" for m in args.modes.split(","))
     shapes = [s for s in args.shapes.split(",") if s] or None
     for s in shapes or ():
         if s not in SHAPES:
             parser.error(f"unknown shape {s!r}; known: {', '.join(SHAPES)}")
     started = time.perf_counter()
-    corpus = list(cases(tok, args.requests, args.seed, streams=streams, shapes=shapes))
+    drawn = list(corpus.cases(tok, args.requests, args.seed, streams=streams, shapes=shapes))
     built = time.perf_counter() - started
-    print(f"{len(corpus)} cases from {args.requests} answers in {built:.1f}s "
-          f"(shapes {dict(Counter(c.shape for c in corpus))}; tokenizer {tok.name})")
-    headline_wrong = 0
+    print(f"{len(drawn)} cases from {args.requests} answers in {built:.1f}s "
+          f"(shapes {dict(Counter(c.shape for c in drawn))}; tokenizer {tok.name})")
+    gated_wrong = 0
     for how in args.passes.split(","):
         started = time.perf_counter()
         tallies: dict[tuple[str, bool], Tally] = {}
         errors: Counter[str] = Counter()
-        for case in corpus:
-            sample, outcome, where = measure(case, fmt, how)
+        for case in drawn:
+            sample, outcome, where = measure(corpus, case, fmt, how)
             if outcome == "error":
                 errors[where] += 1
             tallies.setdefault((case.profile, case.stream), Tally()).add(case, sample, outcome,
@@ -133,8 +135,8 @@ def main() -> int:
             right = counter["ok"] + counter["ok_resplit"] + counter["false_alarm"]
             print(f"{name}: wrong_ok {counter['wrong_ok']}/{sum(counter.values())}, "
                   f"false alarms {counter['false_alarm']}/{right}")
-            if name == "headline":
-                headline_wrong += counter["wrong_ok"]
+            if name in corpus.GATED_GROUPS:
+                gated_wrong += counter["wrong_ok"]
         for shape, c in sorted(by_shape.items()):
             right = c["ok"] + c["ok_resplit"] + c["false_alarm"]
             print(f"  shape {shape:<16} n={sum(c.values()):>5} wrong_ok={c['wrong_ok']:>3} "
@@ -148,7 +150,7 @@ def main() -> int:
                       + describe(case, sample, where, tok))
         for error, count in errors.most_common(3):
             print(f"  error x{count}: {error}")
-    return 1 if headline_wrong else 0
+    return 1 if gated_wrong else 0
 
 
 if __name__ == "__main__":
