@@ -24,9 +24,12 @@ import pytest
 from specregen.models.registry import get_format, real_vllm_spec
 from specregen.models.tokenizer import Tokenizer, load_tokenizer
 from specregen.probe.model import ProviderProfile
+from specregen.realserver import conformance
 from specregen.realserver.conformance import probe_profile
 from specregen.realserver.server import DEFAULT_VENV, PYTHON_ENV, VllmServer
 from tests.support import kimi_tokenizer_dir
+
+RESULTS_REQUESTS = 16
 
 
 class Family:
@@ -44,14 +47,28 @@ class Servers:
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.current: Family | None = None
-        # What specregen's probe found against the current server, per way of asking.
+        # What specregen's probe found against the current server, per way of asking, and
+        # the current family's corpus results.
         self.profiles: dict[str, ProviderProfile] = {}
+        self.corpus_results: list[conformance.Result] | None = None
 
     def profile(self, name: str, variant: str) -> ProviderProfile:
         family = self.get(name)
         if variant not in self.profiles:
             self.profiles[variant] = probe_profile(family.server, family.fmt, variant)
         return self.profiles[variant]
+
+    def results(self, name: str) -> list[conformance.Result]:
+        """The family's fidelity corpus (`RESULTS_REQUESTS` requests) through its server, plain
+        and streamed, both ways of asking, rebuilt in every pass with the probe's traits:
+        computed once, read by the conformance and fidelity tests alike."""
+        family = self.get(name)
+        if self.corpus_results is None:
+            traits = {v: self.profile(name, v).traits() for v in conformance.VARIANTS}
+            cases = conformance.real_cases(family.spec, family.tok, RESULTS_REQUESTS, seed=3)
+            self.corpus_results = conformance.run(family.server, family.fmt, cases,
+                                                  traits=traits)
+        return self.corpus_results
 
     def get(self, name: str) -> Family:
         if self.current is not None and self.current.name == name:
@@ -72,6 +89,7 @@ class Servers:
 
     def stop(self) -> None:
         self.profiles = {}
+        self.corpus_results = None
         if self.current is not None:
             self.current.server.stop()
             self.current = None

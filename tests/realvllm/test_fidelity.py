@@ -11,23 +11,12 @@ from collections import Counter
 
 import pytest
 
-from specregen.realserver import conformance
 from tests.realvllm.flows import FAMILIES
-
-REQUESTS = 16
-_RESULTS: dict[str, list[conformance.Result]] = {}
 
 
 @pytest.fixture
 def results(family, real_servers):
-    """The family's corpus through its server, once per session."""
-    if family.name not in _RESULTS:
-        traits = {v: real_servers.profile(family.name, v).traits()
-                  for v in conformance.VARIANTS}
-        cases = conformance.real_cases(family.spec, family.tok, REQUESTS, seed=3)
-        _RESULTS[family.name] = conformance.run(family.server, family.fmt, cases,
-                                                traits=traits)
-    return _RESULTS[family.name]
+    return real_servers.results(family.name)
 
 
 @pytest.mark.parametrize("family", FAMILIES, indirect=True)

@@ -9,9 +9,7 @@ from __future__ import annotations
 from specregen.models.qwen3 import vllm
 from specregen.realserver import conformance
 from specregen.realserver.conformance import Result, face
-
-REQUESTS = 30
-SEED = 2
+from tests.realvllm.conftest import RESULTS_REQUESTS
 
 
 def allowed(result: Result, field: str, tok) -> bool:
@@ -36,10 +34,10 @@ def allowed(result: Result, field: str, tok) -> bool:
     return emulated <= real <= most
 
 
-def test_the_qwen3_profile_answers_as_the_real_vllm(qwen3):
-    cases = conformance.real_cases(qwen3.spec, qwen3.tok, REQUESTS, SEED)
-    results = conformance.run(qwen3.server, qwen3.fmt, cases)
-    assert len(results) == 4 * REQUESTS
+def test_the_qwen3_profile_answers_as_the_real_vllm(qwen3, real_servers):
+    # The corpus run the fidelity tests read too (bench/real_vllm.py runs larger ones).
+    results = real_servers.results("qwen3")
+    assert len(results) == 4 * RESULTS_REQUESTS
     unexpected = []
     for r in results:
         fields = [d for d in r.diffs if not allowed(r, d, qwen3.tok)]
