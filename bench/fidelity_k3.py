@@ -5,7 +5,7 @@ shapes.
                                    [--modes plain,stream] [--passes blind,traits,reference]
                                    [--shapes clean,cut,...] [--show 3]
 
-Each random answer (specregen/models/kimi_k3/corpus.py: the encoder's layout and the ways a
+Each random answer (specregen/emulator/fidelity_k3.py: the encoder's layout and the ways a
 sampled K3 leaves it, as true ids, maybe cut by `max_tokens`) is served by the K3 profiles
 `vllm-k3` (vLLM 0.32's kimi_k3 parsers) and `openrouter` (the same behind the router), plain
 and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
@@ -31,8 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specregen.emulator.fidelity import Outcome, Tally, blind_body, compare, table
+from specregen.emulator.fidelity_k3 import SHAPES, Case, cases, group
 from specregen.models.kimi_k3 import KimiK3
-from specregen.models.kimi_k3.corpus import SHAPES, Case, cases, group
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample

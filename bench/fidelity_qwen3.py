@@ -4,7 +4,7 @@
                                    [--modes plain,stream] [--passes blind,traits,reference]
                                    [--shapes clean,cut,...] [--show 3]
 
-Each random answer (specregen/models/qwen3/corpus.py: the template's layout and the ways a
+Each random answer (specregen/emulator/fidelity_qwen3.py: the template's layout and the ways a
 sampled Qwen3 leaves it, as true ids, maybe cut by `max_tokens`) is served by the Qwen3
 profiles `vllm-hermes`, `openrouter` (vLLM behind the router) and `sglang`, plain and
 streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specregen.emulator.fidelity import Outcome, Tally, blind_body, compare, table
+from specregen.emulator.fidelity_qwen3 import SHAPES, Case, cases, group
 from specregen.models.qwen3 import Qwen3
-from specregen.models.qwen3.corpus import SHAPES, Case, cases, group
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
