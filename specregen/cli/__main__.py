@@ -1,6 +1,6 @@
-"""`python -m specregen.cli`, as `python -m specregen` (specregen/__main__.py)."""
+"""`python -m specregen.cli`: the command (as `python -m specregen`, specregen/__main__.py)."""
 
-from specregen.__main__ import main
+from specregen.cli import app
 
 if __name__ == "__main__":
-    main()
+    app()
