@@ -3,11 +3,11 @@
     python bench/fidelity_corpus.py [--format qwen3] [--requests 200] [--seed 0]
                                     [--tokenizer TOKENIZER]
 
-Each random answer of the family's corpus (`models/<family>/corpus.py`: the template's or the
-encoder's layout and the ways a sampled model leaves it, as true ids, maybe cut by
-`max_tokens`) is served by the family's emulator profiles (Qwen3: `vllm-hermes`, `openrouter`
--- the earlier vLLM behind the router -- and `sglang`; Kimi K3: `vllm-k3` and `openrouter`),
-plain and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
+Each random answer of the family's corpus (`emulator/fidelity_<family>.py`, named by the
+registry: the template's or the encoder's layout and the ways a sampled model leaves it, as
+true ids, maybe cut by `max_tokens`) is served by the family's emulator profiles (Qwen3:
+`vllm-hermes`, `openrouter` -- the earlier vLLM behind the router -- and `sglang`; Kimi K3:
+`vllm-k3` and `openrouter`), plain and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
 
 * `blind`: no server ids, no provider traits (as from OpenRouter);
 * `traits`: with the traits a probe learns of the profile (the corpus' `probed_traits`);

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ToolMode = Literal["tools", "system_prompt"]
+# How a prompt's tools are sent: as the API's `tools`, or declared in the system prompt.
+TOOL_MODES: tuple[ToolMode, ...] = ("tools", "system_prompt")
 Status = Literal["ok", "flagged", "error"]
 ReferenceMatch = Literal["exact", "benign_bpe", "text_diff", "special_diff"]
 # What proves a sample's ids, strongest first (docs/evidence.md): the server's own ids matched;

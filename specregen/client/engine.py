@@ -72,12 +72,12 @@ from typing import Any
 import httpx
 
 from specregen.client.config import EndpointConfig, Prices, RetryPolicy
+from specregen.client.driver import ConversationDriver, Step, history_format
 from specregen.client.limits import RequestLimiter
 from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.request import admit, storable_request
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.transport import AttemptResult, HTTPClient, send
-from specregen.conversation.driver import ConversationDriver, Step, history_format
 from specregen.conversation.plan import ConversationError
 from specregen.errors import AuthError
 from specregen.models.chat_format import ChatFormat

@@ -64,6 +64,16 @@ def _host_port(url: str) -> tuple[str | None, int | None]:
     return parsed.host or None, parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
 
 
+def is_loopback(url: str) -> bool:
+    """Whether an endpoint URL stays on this machine (localhost, 127.x, ::1): such an endpoint
+    may go without an API key."""
+    try:
+        host = httpx.URL(url).host
+    except httpx.InvalidURL:
+        return False
+    return _is_local(host)
+
+
 def _is_local(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost"):
         return True

@@ -18,12 +18,12 @@ into ids and returns them the way each provider's stack does.
 * `conversations`: conversation mode: the dataset's next step of a known conversation, or a
   seeded divergence from it (issue 10).
 * `profiles`: how each provider returns a message (body, SSE frames).
-* `fidelity`: the K2.5 corpus bench/fidelity.py measures reconstruction on.
+* `fidelity`: the K2.5 corpus bench/fidelity.py measures reconstruction on; `fidelity_qwen3`
+  and `fidelity_k3` the Qwen3 and K3 corpora (bench/fidelity_corpus.py).
 * `faults`: which fault strikes an attempt, and how a connection is reset or cut.
 * `app.create_app(config, tokenizer)`: the Starlette app.
 * `server.serve_in_thread(config, tokenizer, host, port) -> RunningEmulator` with `.url`
   (`http://127.0.0.1:PORT/v1`), `.openrouter_url` (`.../api/v1`), `.base_url`, `.stats()`,
   `.reset()`, `.stop()`; also a context manager.
-* `command.emulator`: `specregen emulator`.
 * `textgen`: the model-like text everything is written from.
 """

@@ -220,8 +220,8 @@ def conversation_seed(conversation_id: str, user_turn: int, step: int, seed: int
 
 def _prompt(line: str) -> Prompt:
     """A prompt line's conversation (the fields the emulator reads; `plan_conversation` checks
-    the messages' structure). Not `client.command.parse_prompt_line`: importing the client's
-    command costs the emulator's start seconds."""
+    the messages' structure), with the emulator's own reasons for a line it skips (its
+    warnings print them); `client.prompts.parse_prompt_line` is the client's stricter reading."""
     row = json.loads(line)
     if not isinstance(row, dict):
         raise ValueError(f"a JSON {type(row).__name__}, not an object")

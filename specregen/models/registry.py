@@ -32,6 +32,9 @@ class FormatEntry:
     bundled_tokenizer: str | None = None
     # The environment variable naming the family's real tokenizer folder, if it has one.
     tokenizer_env: str | None = None
+    # The module of the family's answer-shape corpus for the fidelity bench (emulator code:
+    # `SHAPES`, `GATED_GROUPS`, `cases`, `group`, `probed_traits`), if it has one.
+    corpus: str | None = None
 
 
 FORMATS: tuple[FormatEntry, ...] = (
@@ -40,10 +43,11 @@ FORMATS: tuple[FormatEntry, ...] = (
                 bundled_tokenizer="mini", tokenizer_env="KIMI_TOKENIZER_DIR"),
     FormatEntry("qwen3", "specregen.models.qwen3",
                 re.compile(r"(?:^|/)qwen3(?![\w.]*-?vl)", re.IGNORECASE),
-                bundled_tokenizer="mini-qwen3"),
+                bundled_tokenizer="mini-qwen3", corpus="specregen.emulator.fidelity_qwen3"),
     FormatEntry("kimi-k3", "specregen.models.kimi_k3",
                 re.compile(r"(?:^|/)kimi-k3(?![\w.])", re.IGNORECASE),
-                bundled_tokenizer="mini-k3", tokenizer_env="KIMI_K3_TOKENIZER_DIR"),
+                bundled_tokenizer="mini-k3", tokenizer_env="KIMI_K3_TOKENIZER_DIR",
+                corpus="specregen.emulator.fidelity_k3"),
 )
 DEFAULT_FORMAT = "kimi-k2.5"
 # The model id a tool serves or asks for when none is given (the emulator's default model).
@@ -104,10 +108,10 @@ def real_vllm_spec(name: str, tokenizer_dir: Path | None = None) -> RealVllmSpec
 
 
 def fidelity_corpus(name: str) -> Any | None:
-    """Format `name`'s answer-shape corpus for the fidelity bench (its package's `corpus`:
-    `SHAPES`, `GATED_GROUPS`, `cases`, `group`, `probed_traits`), or None. K2.5's is the
-    emulator's own (`emulator/fidelity.py`, bench/fidelity.py)."""
-    return _optional_module(name, "corpus")
+    """Format `name`'s answer-shape corpus module for the fidelity bench (`FormatEntry.corpus`),
+    or None. K2.5's has its own bench (`emulator/fidelity.py`, bench/fidelity.py)."""
+    module = _entry(name).corpus
+    return None if module is None else importlib.import_module(module)
 
 
 def format_source_files(name: str) -> tuple[Path, ...]:

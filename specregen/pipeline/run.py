@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from specregen.client.command import is_loopback
+from specregen.client.reach import is_loopback
 from specregen.client.secrets import ApiKey
 from specregen.config import PipelineConfig
 from specregen.errors import AuthError, StorageError, UsageError, is_missing_credentials

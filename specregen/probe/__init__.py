@@ -8,11 +8,10 @@
 
 `classify` judges responses (pure), `traits` reads the parser findings off them (what
 reconstruction needs: `profile.traits()`), `scenarios` builds the questions, `run` sends them,
-`refusal` gates `specregen infer --provider-profile`, `command` is `specregen probe`.
+`refusal` gates `specregen infer --provider-profile`; `specregen probe` is specregen.cli.probe.
 """
 
 from specregen.probe.classify import CallsFinding, classify_calls, observe, summarize
-from specregen.probe.command import probe_command
 from specregen.probe.model import (
     Observation,
     ParserFindings,
@@ -49,7 +48,6 @@ __all__ = [
     "infer_findings",
     "load_profile",
     "observe",
-    "probe_command",
     "probe_endpoint",
     "require_recoverable_tool_calls",
     "run_scenarios",

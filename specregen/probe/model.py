@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specregen.errors import UsageError
-from specregen.records import ProviderTraits
+from specregen.records import TOOL_MODES, ProviderTraits, ToolMode
 
 PROFILE_KIND = "specregen.provider_profile"
 # 2: the parser findings reconstruction needs (`findings`), history and plain scenarios, cost.
 PROFILE_VERSION = 2
 
-ToolMode = Literal["tools", "system_prompt"]
-TOOL_MODES: tuple[ToolMode, ...] = ("tools", "system_prompt")
 CallsWhere = Literal["structured", "raw_content", "raw_reasoning", "stripped", "none"]
 ReasoningField = Literal["reasoning", "reasoning_content", "reasoning_details", "none"]
 # The form of the call ids: the format's own (`ProbeRules.id_form`, e.g. K2.5's

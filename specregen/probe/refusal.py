@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specregen.client.prompts import read_prompts
 from specregen.errors import UsageError
 from specregen.probe.classify import mode_scenarios
 from specregen.probe.model import TOOL_MODES, ProfileError, ProviderProfile, load_profile
@@ -47,8 +48,6 @@ def check_run_against_profile(profile_path: str | Path, prompts_path: str, cfg: 
     EndpointConfig. An unreadable prompts file is left for the run itself to report.
     """
     import fsspec
-
-    from specregen.client.command import read_prompts
 
     try:
         profile = load_profile(profile_path)

@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specregen.records import Prompt, SourceReject
+from specregen.records import TOOL_MODES, Prompt, SourceReject
 from specregen.sources._common import (
     RowError,
     arguments_object,
@@ -71,7 +71,6 @@ NO_FUNCTIONS_SYSTEM = "You are a helpful assistant, with no access to external f
 TOOLS_SYSTEM = FUNCTIONS_LEAD_IN.removesuffix(" -") + "."
 END_OF_TEXT = "<|endoftext|>"
 CALL_TAG = "<functioncall>"
-TOOL_MODES = ("tools", "system_prompt")
 
 USER, ASSISTANT, FUNCTION_RESPONSE = "USER", "ASSISTANT", "FUNCTION RESPONSE"
 _TURN_TAG = re.compile(r"(?:\A|\n{2,})(USER|ASSISTANT|FUNCTION RESPONSE): ")

@@ -328,9 +328,9 @@ def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_
     import asyncio
 
     from specregen.client import engine as engine_module
-    from specregen.client.command import parse_prompt_line
     from specregen.client.config import EndpointConfig
     from specregen.client.engine import run_inference
+    from specregen.client.prompts import parse_prompt_line
 
     config = EmulatorConfig(seed=14, rate_429=0.20, retry_after_seconds=1, rate_5xx=0.10,
                             rate_reset=0.05, rate_truncated=0.01, rate_stream_error=0.01,

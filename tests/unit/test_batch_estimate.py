@@ -8,11 +8,11 @@ import yaml
 from typer.testing import CliRunner
 
 from specregen.cli import app
-from specregen.client.estimate import estimate_config
 from specregen.config import load_config
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.tokenizer import load_tokenizer
+from specregen.pipeline.estimate import estimate_config
 from specregen.pipeline.inference import infer_chunk
 from specregen.pipeline.layout import DatasetRun
 from specregen.store.rawlog import RawLog

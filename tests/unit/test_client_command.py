@@ -13,7 +13,8 @@ from starlette.routing import Route
 from typer.testing import CliRunner
 
 from specregen.cli import app
-from specregen.client.command import is_loopback, parse_prompt_line
+from specregen.client.prompts import parse_prompt_line
+from specregen.client.reach import is_loopback
 from specregen.store.rawlog import RawLog
 from tests.unit.test_client_support import SECRET_KEY, ThreadedApp, completion, sse, stream_of
 

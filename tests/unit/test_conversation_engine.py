@@ -296,8 +296,8 @@ def test_a_conversation_that_outgrows_the_context_stops_with_length_in_every_run
     """A later request that fails the context check is not sent; its final record (nothing
     paid) stops the conversation with `length`, so a rerun, the replay and the samples reach
     the same stop without the check; --retry-failed checks it again."""
+    from specregen.client.driver import history_format
     from specregen.conversation import conversation_answers, plan_conversation
-    from specregen.conversation.driver import history_format
     from specregen.conversation.samples import conversation_finals, stop_reason_of
     from specregen.progress import Progress, engine_observer
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from specregen.client.command import PromptLineError, parse_prompt_line
+from specregen.client.prompts import PromptLineError, parse_prompt_line
 from specregen.client.request import build_request
 from specregen.config import parse_config
 from specregen.conversation import plan_conversation

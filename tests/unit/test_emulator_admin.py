@@ -6,8 +6,8 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from specregen.cli.emulator import is_loopback_host
 from specregen.emulator.app import ADMIN_TOKEN_ENV, create_app
-from specregen.emulator.command import is_loopback_host
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from tests.support import get_tokenizer

@@ -66,7 +66,7 @@ def test_every_user_facing_exception_is_a_specregen_error():
 def test_input_errors_exit_with_the_usage_code():
     classes = exception_classes()
     # Errors about a file or row the user gave: exit 2 with a message naming it.
-    for name in ("specregen.gate_command.GateInputError", "specregen.inspect.source.InspectError",
+    for name in ("specregen.cli.gate.GateInputError", "specregen.inspect.source.InspectError",
                  "specregen.store.token_samples.TokenFileError",
                  "specregen.export.published.PublicationError",
                  "specregen.report.stats.ReportError", "specregen.sources._common.RowError",

@@ -182,7 +182,7 @@ def test_a_format_without_probe_rules_is_refused_before_any_request(monkeypatch)
 
 
 def test_the_inspector_reads_the_format_the_file_records(qwen, tmp_path):
-    from specregen.inspect.command import _run
+    from specregen.cli.inspect import _run
     from specregen.inspect.source import Selection
 
     sample = qwen_sample(qwen, "a", reasoning="Hm.", content="Ok.",

@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specregen.cli import app
+from specregen.cli.gate import OUTPUT_FILES
 from specregen.errors import EXIT_PARTIAL
 from specregen.gate import CHECKS, GateConfig, check_sample, run_gate
-from specregen.gate_command import OUTPUT_FILES
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,

@@ -458,8 +458,8 @@ def test_max_attempts_counts_attempts_of_earlier_runs(server, counting, tmp_path
     numbered 3, and it is final."""
     out = tmp_path / "raw"
     prompts = write_lines(tmp_path / "p.jsonl", [line(0)])
-    from specregen.client.command import parse_prompt_line
     from specregen.client.config import EndpointConfig
+    from specregen.client.prompts import parse_prompt_line
     from specregen.client.request import build_request, request_fingerprint
 
     counting.reset(fail=True)
@@ -509,7 +509,7 @@ def test_permanent_failures_exit_with_the_partial_code_then_retry_failed_recover
 
 def test_internal_errors_are_one_line_and_debug_shows_the_traceback(server, counting, tmp_path,
                                                                     monkeypatch):
-    from specregen.client import command
+    from specregen.cli import infer as command
 
     def broken(*args, **kwargs):
         raise KeyError("boom")

@@ -1,5 +1,5 @@
 """Kimi K3 fidelity: the emulator serving K3 (profiles vllm-k3 and openrouter) and the answer-
-shape corpus (models/kimi_k3/corpus.py, bench/fidelity_corpus.py --format kimi-k3) rebuild
+shape corpus (emulator/fidelity_k3.py, bench/fidelity_corpus.py --format kimi-k3) rebuild
 to the model's true ids, never `ok` with wrong ones.
 
 The emulator's ids come from the encoder's history rendering (`served.model_ids`), reconstruction
@@ -16,9 +16,9 @@ import pytest
 
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.fidelity import blind_body, compare
+from specregen.emulator.fidelity_k3 import cases, group, probed_traits, real_cases
 from specregen.emulator.server import serve_in_thread
 from specregen.models.kimi_k3 import KimiK3
-from specregen.models.kimi_k3.corpus import cases, group, probed_traits, real_cases
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from tests.unit.test_emulator import assemble_sse

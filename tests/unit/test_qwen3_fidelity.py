@@ -11,7 +11,7 @@ import json
 import pytest
 
 from specregen.emulator.fidelity import blind_body
-from specregen.models.qwen3.corpus import Piece, answer_ids, serve
+from specregen.emulator.fidelity_qwen3 import Piece, answer_ids, serve
 from specregen.models.qwen3.served import Qwen3Server
 from specregen.models.qwen3.tokens import THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.registry import get_format

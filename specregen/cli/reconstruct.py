@@ -1,4 +1,4 @@
-"""The `specregen` command."""
+"""`specregen reconstruct`: token ids from requests and responses, one parquet row each."""
 
 from __future__ import annotations
 
@@ -10,28 +10,9 @@ from rich.table import Table
 
 from specregen.console import make_console
 
-app = typer.Typer(
-    name="specregen",
-    help="Regenerate draft-model training data from a served model, token-exact.",
-    no_args_is_help=True,
-    add_completion=False,
-)
 console = make_console(stderr=True)
 
 
-@app.callback()
-def _main(
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show tracebacks (also: SPECREGEN_DEBUG=1)")
-    ] = False,
-) -> None:
-    """Regenerate draft-model training data from a served model, token-exact."""
-    from specregen.errors import set_debug
-
-    set_debug(debug)
-
-
-@app.command()
 def reconstruct(
     input_path: Annotated[
         str,
@@ -190,7 +171,7 @@ def _conversation_plans(prompts: Path, wanted: list[str]) -> list:
     """The plans of the `wanted` conversations from the prompts file, in its line order."""
     from dataclasses import replace
 
-    from specregen.client.command import PromptLineError, parse_prompt_line
+    from specregen.client.prompts import PromptLineError, parse_prompt_line
     from specregen.conversation.plan import ConversationError, plan_conversation
     from specregen.errors import UsageError
 
@@ -287,145 +268,3 @@ def print_reconstruct_summary(summary, out: Path) -> None:
             table.add_row(name, key, str(count))
     table.add_row("tokens", "completion", str(summary.completion_tokens))
     make_console().print(table)
-
-
-@app.command()
-def demo(
-    out: Annotated[Path, typer.Option(help="Where the demo writes its data and server")] = Path(
-        "out/demo"
-    ),
-    keep_server: Annotated[
-        bool, typer.Option(help="Leave the Prefect server running for the UI")
-    ] = False,
-    port: Annotated[
-        int, typer.Option(envvar="PREFECT_SERVER_API_PORT",
-                          help="Port of the local Prefect server (infra/env.sh's variable)")
-    ] = 4200,
-) -> None:
-    """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
-    from flows.demo import run_demo
-
-    _pipeline_command(lambda: run_demo(out, keep_server=keep_server, port=port,
-                                       log=console.print))
-
-
-@app.command()
-def run(
-    config: Annotated[Path, typer.Option(help="Pipeline YAML config")],
-    dataset: Annotated[
-        list[str] | None, typer.Option(help="Only these datasets (repeatable)")
-    ] = None,
-    wait: Annotated[
-        float, typer.Option(help="Seconds to wait for another run of the same dataset and"
-                            " storage to finish (default: stop at once, naming it)")
-    ] = 0.0,
-) -> None:
-    """Run a pipeline config under Prefect (PREFECT_API_URL, or a temporary local server).
-
-    Exit codes: 0 done; 2 bad config; 3 API key; 4 budget; 5 storage; 6 some datasets failed
-    (their gate, or causes of different kinds); 7 another run holds a dataset. When every failed
-    dataset failed for one kind of cause, that cause's code; the last line names each cause.
-    """
-    from flows.command import run_pipeline
-    from specregen.progress import watching_stages
-
-    with watching_stages(console):  # live progress of the stages that report it
-        _pipeline_command(lambda: run_pipeline(config, dataset or None, wait=wait,
-                                               log=console.print))
-
-
-@app.command()
-def deploy(
-    config: Annotated[Path, typer.Option(help="Pipeline YAML config")],
-    prune: Annotated[
-        bool, typer.Option(help="Delete the dataset deployments of datasets no longer in the"
-                                " config (their runs and data are kept)")
-    ] = False,
-    wait_server: Annotated[
-        float, typer.Option(help="Seconds to wait for the Prefect server to answer")
-    ] = 60.0,
-) -> None:
-    """Deploy a pipeline config to the project's Prefect server (PREFECT_API_URL, else
-    127.0.0.1:4200 as infra/env.sh): dataset/<NAME> per dataset, pipeline/nightly (03:00 UTC),
-    probe/probe, batch-poll/batch-poll, reconstruct-chunks/spread. Run it again after editing
-    the config: new datasets are deployed, removed ones reported (--prune deletes them)."""
-    from deployments.deploy import deploy as deploy_config
-    from deployments.deploy import report_lines
-    from specregen.errors import user_errors
-
-    with user_errors():
-        report = deploy_config(config, prune=prune, wait_s=wait_server, log=console.print)
-    for line in report_lines(report, config):
-        console.print(line, highlight=False)
-
-
-@app.command()
-def retry(
-    dataset: Annotated[str, typer.Argument(help="The dataset whose failed run to re-run")],
-    watch: Annotated[bool, typer.Option(help="Wait for the run to end")] = False,
-) -> None:
-    """Re-run the newest failed run of dataset/DATASET in place, as the UI's Retry button: the
-    same flow run, skipping every finished chunk (a worker must be running)."""
-    from deployments.deploy import retry_dataset
-    from specregen.errors import user_errors
-
-    with user_errors():
-        retry_dataset(dataset, watch=watch, log=console.print)
-
-
-def _pipeline_command(body) -> None:
-    from flows.pipeline import DatasetsFailedError
-    from specregen.errors import fail, user_errors
-
-    with user_errors():
-        try:
-            results = body()
-        except DatasetsFailedError as exc:
-            print_pipeline_results(exc.results)
-            fail(exc)  # the last line: each failed dataset and its cause
-    print_pipeline_results(results)
-
-
-def print_pipeline_results(results: list[dict]) -> None:
-    table = Table(title="datasets")
-    for column in ("dataset", "outcome", "accepted", "quarantined", "cost USD"):
-        table.add_column(column, overflow="fold")
-    for r in results:
-        gate = r.get("gate", {})
-        table.add_row(
-            str(r.get("dataset")), str(r.get("outcome")), str(gate.get("accepted", "-")),
-            str(gate.get("quarantined", "-")), str(r.get("cost_usd", "-")),
-        )
-    out = make_console()
-    out.print(table)
-    for r in results:
-        if r.get("outcome") == "skipped":
-            out.print(f"{r.get('dataset')}: already published; skipped (nothing was requested)")
-        elif r.get("published"):
-            out.print(f"{r['dataset']}: published to {r['published']['path']}")
-            out.print(f"{r['dataset']}: gate report {r.get('gate_report')}")
-
-
-def _register_commands() -> None:
-    from specregen.client.command import infer
-    from specregen.client.estimate import estimate
-    from specregen.emulator.command import emulator
-    from specregen.gate_command import gate
-    from specregen.inspect.command import inspect
-    from specregen.probe import probe_command
-    from specregen.report.command import report
-
-    app.command(name="infer")(infer)
-    app.command(name="estimate")(estimate)
-    app.command(name="gate")(gate)
-    app.command(name="inspect")(inspect)
-    app.command(name="report")(report)
-    app.command(name="probe")(probe_command)
-    app.command(name="emulator")(emulator)
-    app.command(name="export")(__import__("specregen.export.command", fromlist=["x"]).export)
-
-
-_register_commands()
-
-if __name__ == "__main__":
-    app()

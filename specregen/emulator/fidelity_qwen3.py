@@ -1,9 +1,11 @@
 """A Qwen3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py`): answers
 written the way Qwen3 can write them, as the model's true ids, served through the restated
-upstream parsers (servers.py) and the emulator's response framing, as a client receives them.
+upstream parsers (models/qwen3/servers.py) and the emulator's response framing, as a client
+receives them.
 
-Emulator/bench code only: reconstruction never imports it, so it is left out of the format's
-fingerprint (`format.source_files`), like `served.py`.
+Emulator/bench code only, so it sits with the emulator (the K2.5 corpus is `fidelity.py`), not
+in the format's package: reconstruction never imports it, and `models` imports nothing from the
+emulator (tests/unit/test_layers.py).
 
 Why not `servers.model_ids`: it writes the chat template's layout only. The shapes here are
 what a sampled model also does (`SHAPES`): text glued to `<tool_call>`, whitespace-only

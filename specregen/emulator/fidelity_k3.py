@@ -1,10 +1,11 @@
 """A Kimi K3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py --format
-kimi-k3`) and the real vLLM harness (`real_cases`): answers written the way K3 can write
-them, as the model's true ids, served through the restated vLLM 0.32 kimi_k3 parsers
-(servers.py) and the emulator's response framing, as a client receives them.
+kimi-k3`) and the real vLLM harness (`real_cases`): answers written the way K3 can write them,
+as the model's true ids, served through the restated vLLM 0.32 kimi_k3 parsers
+(models/kimi_k3/servers.py) and the emulator's response framing, as a client receives them.
 
-Emulator/bench code only: reconstruction never imports it, so it is left out of the format's
-fingerprint (`format.source_files`), like `served.py`.
+Emulator/bench code only, so it sits with the emulator (the K2.5 corpus is `fidelity.py`), not
+in the format's package: reconstruction never imports it, and `models` imports nothing from the
+emulator (tests/unit/test_layers.py).
 
 Why not `served.model_ids`: it writes the encoder's layout only. The shapes here are what a
 sampled model also does (`SHAPES`): empty channels, whitespace-only content, literal marker

@@ -90,8 +90,9 @@ def probe_command(
     ] = False,
 ) -> None:
     """Probe how an endpoint returns tool calls and reasoning, before a long paid run."""
-    from specregen.client.command import _config_file, is_loopback
+    from specregen.cli.common import config_file
     from specregen.client.config import ConfigError, EndpointConfig
+    from specregen.client.reach import is_loopback
     from specregen.client.secrets import ApiKey
     from specregen.probe.model import save_profile
     from specregen.probe.run import ProbeFatalError, probe_endpoint
@@ -105,7 +106,7 @@ def probe_command(
 
     if tool_mode not in TOOL_MODES:
         raise usage_error(f"--tool-mode must be one of {', '.join(TOOL_MODES)}")
-    data = _config_file(config, console) if config is not None else {}
+    data = config_file(config, console) if config is not None else {}
     overrides = {"base_url": base_url, "model": model, "dialect": dialect,
                  "api_key_env": api_key_env, "return_token_ids": return_token_ids,
                  "format": chat_format,

@@ -17,10 +17,7 @@ log failed, no storage credentials), 6 some samples failed permanently (rerun wi
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import logging
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,6 +25,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specregen.cli.common import config_file
+from specregen.client.prompts import TURNS, parse_prompt_line
+from specregen.client.reach import is_loopback
 from specregen.console import make_console
 from specregen.errors import (
     EXIT_AUTH,
@@ -35,7 +35,6 @@ from specregen.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PARTIAL,
-    EXIT_USAGE,
     AuthError,
     UsageError,
     user_errors,
@@ -43,102 +42,6 @@ from specregen.errors import (
 from specregen.records import Prompt
 
 EXIT_FATAL = EXIT_AUTH
-
-TOOL_MODES = ("tools", "system_prompt")
-TURNS = ("first", "all")
-
-
-class PromptLineError(UsageError, ValueError):
-    """A prompts-file line that is not a usable prompt; the message says why."""
-
-
-def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
-    """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?, turns?}`.
-
-    `turns` ("first" / "all") overrides the line's own (`specregen infer --turns all`). A whole
-    conversation is checked the way the engine will walk it (the reason names the message)."""
-    try:
-        # Without the line's own newline: a line cut short would be reported at "line 2,
-        # column 1", after it, instead of where it ends.
-        row = json.loads(line.rstrip("\r\n"), parse_constant=_no_constant)
-    except json.JSONDecodeError as exc:
-        raise PromptLineError(f"not JSON ({exc.msg} at column {exc.pos + 1})") from None
-    except ValueError as exc:  # NaN / Infinity: Python's json takes them, no server does
-        raise PromptLineError(f"not JSON ({exc})") from None
-    if not isinstance(row, dict):
-        raise PromptLineError(f"a JSON {type(row).__name__}, not an object")
-    sample_id = row.get("sample_id")
-    if not isinstance(sample_id, str) or not sample_id.strip():
-        raise PromptLineError("'sample_id' is missing or not a non-empty string")
-    messages = row.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise PromptLineError(f"sample {sample_id}: 'messages' is missing or not a non-empty list")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise PromptLineError(f"sample {sample_id}: messages[{i}] has no string 'role'")
-    tools = row.get("tools")
-    if tools is not None and not (
-        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
-    ):
-        raise PromptLineError(f"sample {sample_id}: 'tools' is not a list of objects")
-    tool_mode = row.get("tool_mode") or "tools"
-    if tool_mode not in TOOL_MODES:
-        raise PromptLineError(
-            f"sample {sample_id}: 'tool_mode' must be one of {', '.join(TOOL_MODES)}"
-        )
-    meta = row.get("meta") or {}
-    if not isinstance(meta, dict):
-        raise PromptLineError(f"sample {sample_id}: 'meta' is not an object")
-    turns = turns or row.get("turns") or "first"
-    if turns not in TURNS:
-        raise PromptLineError(f"sample {sample_id}: 'turns' must be one of {', '.join(TURNS)},"
-                              f" not {turns!r}")
-    prompt = Prompt(
-        sample_id=sample_id, messages=messages, tools=tools or None, tool_mode=tool_mode,
-        meta=meta, turns=turns,
-    )
-    if turns == "all":
-        from specregen.conversation.plan import ConversationError, plan_conversation
-
-        try:
-            plan_conversation(prompt)
-        except ConversationError as exc:
-            raise PromptLineError(f"sample {sample_id}: {exc.detail}") from None
-    return prompt
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def read_prompts(handle: Any, report: Callable[[int, str], None]) -> Iterator[Prompt]:
-    """Prompts of an open file (text, or binary: strict UTF-8), lazily; a bad line goes to
-    `report(line_no, reason)`."""
-    from specregen.client.preflight import decode_line
-
-    for number, line in enumerate(handle, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield parse_prompt_line(decode_line(line))
-        except (PromptLineError, ValueError) as exc:
-            report(number, str(exc))
-
-
-def is_loopback(url: str) -> bool:
-    import httpx
-
-    try:
-        host = httpx.URL(url).host
-    except httpx.InvalidURL:
-        return False
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
 
 def infer(
     prompts: Annotated[
@@ -240,7 +143,7 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
 
     console = make_console(stderr=True)
     config = opts["config"]
-    data = _config_file(config, console) if config is not None else {}
+    data = config_file(config, console) if config is not None else {}
     overrides = {
         "base_url": opts["base_url"],
         "model": opts["model"],
@@ -287,25 +190,6 @@ def _infer(prompts: str, out: str, **opts: Any) -> int:
         prompts, out, cfg, key, opts["retry_failed"], console,
         tokenizer=opts["tokenizer"], wait=opts["wait"], turns=turns,
     )
-
-
-def _config_file(path: Path, console: Console) -> dict[str, Any]:
-    import yaml
-    from rich.markup import escape
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        console.print(f"[red]error:[/red] cannot read {path}: {exc.strerror}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        console.print(f"[red]error:[/red] {path} is not YAML/JSON: {escape(str(exc))}",
-                      highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    if not isinstance(data, dict):
-        console.print(f"[red]error:[/red] {path} must hold a mapping of fields", highlight=False)
-        raise typer.Exit(EXIT_USAGE)
-    return data
 
 
 def _run(
