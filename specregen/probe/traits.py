@@ -109,7 +109,7 @@ def infer_findings(
     findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
         answered, findings.counts_stop_token)
     findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
-    extra = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
+    extra: frozenset[str] = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
     if "strips_content_beside_calls" in extra:
         findings.strips_content_beside_calls, evidence["strips_content_beside_calls"] = (
             _stripping(answered, findings.counts_stop_token))
