@@ -532,9 +532,7 @@ class KimiK25:
         from specregen.models.kimi_k25.tools_ts import deep_sort
 
         # transformers annotates render_jinja_template `-> str`; it returns
-
         # (rendered, generation indices).
-
         rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
             conversations=[list(conversation)],
             tools=deep_sort(list(tools)) if tools else None,
