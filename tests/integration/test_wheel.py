@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -45,12 +46,21 @@ def _package_data() -> set[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of the checkout's sources: setuptools writes build/ and
+    *.egg-info beside pyproject.toml and reads them back in later builds (a stale SOURCES.txt
+    or build/lib would hide a file that package-data no longer names), so the build starts
+    clean, as from a fresh clone, and leaves nothing in the checkout."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    for name in ("specregen", "flows", "tasks", "deployments"):
+        shutil.copytree(REPO / name, src / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")  # setuptools' build/ and egg-info stay out of REPO
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--disable-pip-version-check", "--no-cache-dir", "-w", str(out), str(REPO)],
-        capture_output=True, text=True, timeout=300, cwd=build,
+         "--disable-pip-version-check", "--no-cache-dir", "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=300, cwd=src,
     )
     assert done.returncode == 0, f"pip wheel failed:\n{done.stdout}\n{done.stderr}"
     wheels = list(out.glob("specregen-*.whl"))
