@@ -108,8 +108,9 @@ def _reasoning(message: dict[str, Any]) -> tuple[str | None, str | None]:
             for d in details
             if isinstance(d, dict) and d.get("type") == "reasoning.text"
         ]
-        if texts and all(isinstance(t, str) for t in texts):
-            return "".join(texts), "reasoning_details"
+        strings = [t for t in texts if isinstance(t, str)]
+        if texts and len(strings) == len(texts):
+            return "".join(strings), "reasoning_details"
     return None, None
 
 

@@ -36,6 +36,7 @@ from specregen.records import (
     Evidence,
     ProviderTraits,
     ReferenceMatch,
+    Status,
     TokenSample,
     UsageTolerance,
 )
@@ -247,7 +248,7 @@ def reconstruct(
     elif settled_by_count:
         settled = SETTLED_BY_COUNT
     breaking = TRUST_BREAKING_FLAGS.intersection(flags) - settled
-    status = "flagged" if breaking else "ok"
+    status: Status = "flagged" if breaking else "ok"
     assembled = chosen.assembled
     loss_mask = [0] * len(prompt_ids)  # (`[0] * p + [1] * c` without its intermediate list)
     loss_mask += [1] * len(completion_ids)

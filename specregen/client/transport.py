@@ -25,10 +25,10 @@ import math
 import ssl
 import time
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import aiohttp
 import h11
@@ -384,8 +384,9 @@ async def _stream(
         # decoders; otherwise the response's own byte stream: one async-generator hop and no
         # per-chunk bookkeeping less than aiter_raw (the stream is closed by the
         # `client.stream` context as before).
+        # (an AsyncClient's response: its stream is the async one of httpx's union)
         chunks = (response.aiter_bytes() if response.headers.get("content-encoding")
-                  else response.stream)
+                  else cast(httpx.AsyncByteStream, response.stream))
         await _read_events(chunks, cfg.timeouts.idle, phase, tm, deadline)
     return _assembled(phase)
 
@@ -437,7 +438,7 @@ async def _stream_aiohttp(
     return _assembled(phase)
 
 
-def _httpx_error(exc: aiohttp.ClientError) -> httpx.HTTPError:
+def _httpx_error(exc: aiohttp.ClientError) -> httpx.HTTPError | httpx.InvalidURL:
     """The httpx exception httpx raises for what aiohttp reported (`_http_exception` reads it)."""
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -460,7 +461,7 @@ def _httpx_error(exc: aiohttp.ClientError) -> httpx.HTTPError:
 
 
 async def _read_events(
-    chunks: AsyncIterator[bytes],
+    chunks: AsyncIterable[bytes],
     idle: float,
     phase: _Phase,
     tm: asyncio.Timeout,
@@ -534,7 +535,7 @@ def _unlabelled_body(raw: bytes, status: int) -> AttemptResult:
     return judge_body(body, status)
 
 
-def _http_error(status: int, raw: bytes, headers: httpx.Headers) -> AttemptResult:
+def _http_error(status: int, raw: bytes, headers: Mapping[str, str]) -> AttemptResult:
     text = raw.decode("utf-8", errors="replace")
     try:
         body: Any = json.loads(text)

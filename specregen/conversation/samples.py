@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from specregen.conversation.plan import (
     Answer,
@@ -130,6 +130,15 @@ def locate_answers(
 # -- one user turn -------------------------------------------------------------------------------
 
 
+class _TurnFields(TypedDict):
+    """What a turn's sample takes from its conversation and turn (turn_sample)."""
+
+    sample_id: str
+    conversation_id: str
+    user_turn: int
+    stop_reason: str | None
+
+
 def turn_sample(
     cid: str,
     user_turn: int,
@@ -139,8 +148,8 @@ def turn_sample(
 ) -> TokenSample:
     """The turn's sample from the reconstruction of its last request and of its earlier
     answers (in step order)."""
-    fields = {"sample_id": sample_id(cid, user_turn), "conversation_id": cid,
-              "user_turn": user_turn, "stop_reason": stop_reason}
+    fields: _TurnFields = {"sample_id": sample_id(cid, user_turn), "conversation_id": cid,
+                           "user_turn": user_turn, "stop_reason": stop_reason}
     if last.status == "error":
         return replace(last, **fields)
     prompt = last.input_ids[: last.prompt_len]

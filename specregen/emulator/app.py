@@ -22,7 +22,7 @@ import os
 import random
 import time
 from collections import Counter, OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import TemplateError
 from starlette.applications import Starlette
@@ -73,12 +73,17 @@ from specregen.models.registry import (
 )
 from specregen.models.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from specregen.emulator.batch import BatchState
+
 JSON_HEADERS = [(b"content-type", b"application/json")]
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 class EmulatorState:
     """Counters, the completion cache and the model, shared by the routes of one app."""
+
+    batches: BatchState  # the batch API's state, set where its routes are added (make_app)
 
     def __init__(self, config: EmulatorConfig, tokenizer: Tokenizer) -> None:
         self.config = config

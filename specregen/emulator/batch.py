@@ -34,7 +34,7 @@ import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -398,6 +398,7 @@ def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[bytes, str | No
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if name:
-            payload = part.get_payload(decode=True) or b""
+            # A non-multipart part decodes to bytes (typeshed's union covers the others).
+            payload = cast(bytes, part.get_payload(decode=True)) or b""
             out[str(name)] = (payload, part.get_filename())
     return out

@@ -53,7 +53,7 @@ def plan_attempt(config: EmulatorConfig, attempt: int, stream: bool) -> AttemptP
     fault = next((kind for kind in FAULT_ORDER if rolls[kind] < rates[kind]), None)
     status = rng.choice((500, 502, 503))
     stall_roll, stall_where, cut = rng.random(), rng.random(), rng.uniform(0.2, 0.8)
-    stall = None
+    stall: Literal["start", "middle"] | None = None
     if stall_roll < config.rate_stall and fault not in EARLY_FAULTS:
         stall = "start" if stall_where < 0.5 else "middle"
     return AttemptPlan(fault, status, stall, cut, _latency(config, rng), rng)

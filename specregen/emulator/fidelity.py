@@ -22,7 +22,7 @@ import random
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from specregen.client.sse import assemble_lines
 from specregen.emulator.app import EmulatorState
@@ -118,7 +118,21 @@ PLACES = ["Paris", "Oslo", "Lima", "Tokyo", "Rome", "Nairobi", "Quito"]
 # independent rare events can cancel in the count (e.g. a section opened before `</think>`
 # plus one dropped newline looks like a closed reasoning). Reconstruction takes the reading
 # that needs the fewest such coincidences; the adversarial group measures what that costs.
-SHAPES: dict[str, dict[str, float]] = {
+class ShapeKnobs(TypedDict, total=False):
+    """The EmulatorConfig rates a shape sets (the others keep their defaults)."""
+
+    section_in_think_rate: float
+    text_after_section_rate: float
+    no_content_before_calls_rate: float
+    section_whitespace_rate: float
+    literal_marker_rate: float
+    tool_id_whitespace_rate: float
+    tool_args_whitespace_rate: float
+    bare_tool_id_rate: float
+    wrong_tool_index_rate: float
+
+
+SHAPES: dict[str, ShapeKnobs] = {
     "clean": {},
     "in_think": {"section_in_think_rate": 0.5},
     "after": {"text_after_section_rate": 0.5},
@@ -355,7 +369,8 @@ def measure(case: Case, fmt: KimiK25, how: Pass) -> tuple[TokenSample, Outcome, 
         return sample, "error", sample.error or ""
     kind, where = compare(fmt.tok, sample.input_ids, truth, sample.prompt_len, truth_prompt_len)
     if sample.status == "ok":
-        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
+        by_kind: dict[str, Outcome] = {"exact": "ok", "resplit": "ok_resplit"}
+        outcome: Outcome = by_kind.get(kind, "wrong_ok")
     else:
         outcome = "false_alarm" if kind == "exact" else "flagged_right"
     return sample, outcome, f"{kind}:{where}" if where else kind

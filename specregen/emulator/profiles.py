@@ -222,12 +222,12 @@ def stream_frames(
         first["prompt_token_ids"] = list(gen.prompt_ids)
     frames = [sse(first)]
     for piece in text_pieces(msg.reasoning, rng):
-        text = _json_str(piece)
+        encoded = _json_str(piece)
         if spec.openrouter:
-            delta = (field + text + b',"reasoning_details":[{"type":"reasoning.text","text":'
-                     + text + b',"format":"unknown","index":0}]}')
+            delta = (field + encoded + b',"reasoning_details":[{"type":"reasoning.text","text":'
+                     + encoded + b',"format":"unknown","index":0}]}')
         else:
-            delta = field + text + b"}"
+            delta = field + encoded + b"}"
         frames.append(before + delta + after)
     # Content is sent in the stretches the stream parser left between the calls.
     text = msg.content or ""

@@ -81,7 +81,7 @@ def _calls(rng: random.Random, request: dict[str, Any], config: EmulatorConfig
     """Calls to declared tools: one or two, for about half the requests that declare tools
     (in `tools`, else as JSON function objects in a system prompt, glaive style: the model
     then writes its calls without a server parser to read them)."""
-    tools = [t.get("function") for t in request.get("tools") or ()
+    tools = [t["function"] for t in request.get("tools") or ()
              if isinstance(t, dict) and isinstance(t.get("function"), dict)]
     tools = [t for t in tools if isinstance(t.get("name"), str)]
     if not request.get("tools"):

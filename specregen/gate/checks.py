@@ -294,7 +294,7 @@ def _history_answers(sample: TokenSample, fmt: ChatFormat,
         found, seen = _arguments(calls, declared)
         quirks.extend(seen)
         for reason in (*found, _names(calls, declared),
-                       _tool_ids(calls, sample.messages[:index], fmt)):
+                       _tool_ids(calls, (sample.messages or [])[:index], fmt)):
             if reason is not None:
                 reasons.append(Reason(reason.check, _clip(
                     f"history answer messages[{index}]: {reason.detail}"), reason.excerpt))
@@ -311,7 +311,7 @@ def _marker_text(sample: TokenSample, fmt: ChatFormat) -> Reason | None:
     fields += [(f"call {k} arguments", c.arguments) for k, c in enumerate(sample.tool_calls)]
     for where, text in fields:
         marker = fmt.find_marker_text(text)
-        if marker is not None:
+        if marker is not None and text is not None:  # (None holds no marker)
             at = text.find(marker)
             window = text[max(0, at - 60) : at + len(marker) + 60]
             return Reason("marker_text", f"{where} holds the marker text {marker}",

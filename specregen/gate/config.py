@@ -44,7 +44,9 @@ class GateConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"bool": bool, "int": int, "float": (int, float), "str": str}[str(f.type)]
+            kinds: dict[str, type | tuple[type, ...]] = {
+                "bool": bool, "int": int, "float": (int, float), "str": str}
+            expected = kinds[str(f.type)]
             if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
                 raise ValueError(f"gate setting {f.name} must be a {f.type}, got {value!r}")
         if not 0.0 <= self.max_quarantine_share <= 1.0:

@@ -89,7 +89,7 @@ def _from_tools(tools_json: str) -> Declared:
     for i, item in enumerate(json.loads(tools_json)):
         spec = item.get("function") if isinstance(item, dict) and "function" in item else item
         name = spec.get("name") if isinstance(spec, dict) else None
-        if not isinstance(name, str) or not name:
+        if not isinstance(spec, dict) or not isinstance(name, str) or not name:
             return Declared(schemas, "tools", f"tools[{i}] has no function name")
         parameters = spec.get("parameters", NO_PARAMETERS)
         if name in schemas and schemas[name] != parameters:

@@ -153,7 +153,8 @@ class Trigger:
 def _reference_calls(ref: dict[str, Any]) -> list[tuple[str, Any]]:
     if ref.get("kind") == "tool_call":
         return [(str(ref.get("name")), ref.get("arguments"))]
-    calls = ref.get("calls") if isinstance(ref.get("calls"), list) else []
+    raw_calls = ref.get("calls")
+    calls = raw_calls if isinstance(raw_calls, list) else []
     return [(str(c.get("name")), c.get("arguments")) for c in calls if isinstance(c, dict)]
 
 

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import tiktoken
 
@@ -370,7 +371,8 @@ def load_hf_tokenizer(path: Path) -> Tokenizer:
         return list(hf.encode(text, add_special_tokens=False))
 
     def decode_bytes(ids: list[int]) -> bytes:
-        return hf.decode(ids, skip_special_tokens=False).encode("utf-8")
+        # transformers types decode for a batch too (list[str]); one sequence is a str.
+        return cast(str, hf.decode(ids, skip_special_tokens=False)).encode("utf-8")
 
     if type(hf.backend_tokenizer.decoder).__name__ == "ByteLevel":
         # A byte-level BPE token can hold part of a UTF-8 character, which `hf.decode([id])`

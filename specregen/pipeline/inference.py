@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specregen.client.config import EndpointConfig
-from specregen.client.engine import ProgressSnapshot, run_inference
+from specregen.client.engine import InferenceSummary, ProgressSnapshot, run_inference
 from specregen.client.limits import RequestLimiter
 from specregen.client.preflight import ContextCheck, model_max_length
 from specregen.client.secrets import ApiKey
@@ -18,7 +18,7 @@ from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.probing import logprobs_wanted
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import run_format
-from specregen.store.rawlog import RawLog, commit_rolls
+from specregen.store.rawlog import RawLog, RollSettings, commit_rolls
 
 STAGE = "infer"
 
@@ -58,6 +58,7 @@ async def infer_chunk(
     cfg = cfg.model_copy(update=update)
     prompts = read_chunk(run, chunk)
     check = context_check(run)
+    summary: InferenceSummary  # a BatchSummary in batch mode
     async with RawLog(run.rawlog_url(chunk), **_rolls(run, cfg)) as log:
         if cfg.mode == "batch":
             from specregen.client.batch import run_batch_inference
@@ -88,7 +89,7 @@ def context_check(run: DatasetRun) -> ContextCheck | None:
     return ContextCheck(run_format(run), limit, cfg, run.config.tokenizer)
 
 
-def _rolls(run: DatasetRun, cfg: EndpointConfig) -> dict[str, float | int]:
+def _rolls(run: DatasetRun, cfg: EndpointConfig) -> RollSettings:
     """The chunk's raw log commits once its window of answers waits (see commit_rolls): a lost
     worker's rerun pays again for about two windows at most, not for 10 s of answers."""
     limit = run.config.shared_limit

@@ -92,7 +92,7 @@ def id_form_of(calls: Sequence[ToolCall], rules: ProbeRules) -> tuple[IdForm, st
     for k, call in enumerate(calls):
         if not rules.id_is_canonical(call.id, call.name, k):
             return "other", call.id
-    return rules.id_form, calls[0].id  # type: ignore[return-value]
+    return rules.id_form, calls[0].id
 
 
 def arguments_json_of(calls: Sequence[ToolCall]) -> ArgumentsJson:
@@ -182,7 +182,8 @@ def observe(
     finding = classify_calls(completion, rules)
     id_form, id_example = id_form_of(finding.calls, rules)
     requested = thinking_from_request(request, rules.thinking_switch)
-    messages = request.get("messages") if isinstance(request.get("messages"), list) else []
+    raw_messages = request.get("messages")
+    messages = raw_messages if isinstance(raw_messages, list) else []
     obs = Observation(
         index=index,
         ok=True,

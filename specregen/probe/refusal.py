@@ -25,7 +25,7 @@ def require_recoverable_tool_calls(
         raise ValueError(f"tool_mode must be one of {', '.join(TOOL_MODES)}, not {tool_mode!r}")
     if profile.tool_calls_recoverable_by_mode.get(tool_mode) is True:
         return
-    names = mode_scenarios(profile.thinking)[tool_mode]  # type: ignore[index]
+    names = mode_scenarios(profile.thinking)[tool_mode]
     present = [s for s in (profile.scenario(n) for n in names) if s is not None]
     # The scenario that lost calls explains the refusal best; else the inconclusive one.
     scenario = next((s for s in present if s.recoverable is False), None) or next(

@@ -138,10 +138,10 @@ async def run_scenarios(
     for scenario, found in zip(scenarios, observations, strict=True):
         thinking = (cfg.thinking if scenario.thinking_override is None
                     else scenario.thinking_override)
-        result = ScenarioResult(name=scenario.name, description=scenario.description,
-                                tool_mode=scenario.tool_mode, tools_sent=scenario.tools_sent,
-                                thinking=thinking)
-        out.append(summarize(result, found))
+        scenario_result = ScenarioResult(
+            name=scenario.name, description=scenario.description,
+            tool_mode=scenario.tool_mode, tools_sent=scenario.tools_sent, thinking=thinking)
+        out.append(summarize(scenario_result, found))
     return out
 
 

@@ -98,7 +98,7 @@ def infer_findings(
     answered = [o for s in scenarios for o in s.observations if o.ok]
     findings = ParserFindings()
     evidence = findings.evidence
-    extra = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
+    extra: frozenset[str] = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
     if "spaces_around_added_tokens" in extra:
         findings.spaces_around_added_tokens, evidence["spaces_around_added_tokens"] = (
             _spaces(answered))

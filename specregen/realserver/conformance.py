@@ -110,6 +110,8 @@ def ask_emulator(spec: RealVllmSpec, tok: Tokenizer, case: RealCase, body: dict[
                  index: int = 0) -> dict[str, Any]:
     """What the emulator's profile for this server answers to the same ids and request."""
     server = get_server(spec.format_name, tok)
+    if server is None:  # every real-vLLM spec names a format with a served side
+        raise ValueError(f"the {spec.format_name} format has no served side to emulate")
     profile = PROFILE_SPECS[spec.emulator_profile]  # type: ignore[index]
     stream = body.get("stream") is True
     answer = server.answer_ids(profile, body, case.ids, case.max_tokens, stream, seed=index)
@@ -224,7 +226,8 @@ def measure(fmt: ChatFormat, case: RealCase, body: dict[str, Any], answer: dict[
     truth = list(truth_prompt) + list(completion)
     kind, _ = compare(fmt.tok, sample.input_ids, truth, sample.prompt_len, len(truth_prompt))
     if sample.status == "ok":
-        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
+        by_kind: dict[str, Outcome] = {"exact": "ok", "resplit": "ok_resplit"}
+        outcome: Outcome = by_kind.get(kind, "wrong_ok")
     else:
         outcome = "false_alarm" if kind == "exact" else "flagged_right"
     return Measure(sample, outcome)

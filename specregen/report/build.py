@@ -95,7 +95,8 @@ def rawlog_spend(folder: Path) -> dict[str, Any] | None:
                 cost = record.get("cost_usd")
                 if isinstance(cost, int | float):
                     total["cost_usd"] += cost
-                usage = record.get("usage") if isinstance(record.get("usage"), dict) else {}
+                raw_usage = record.get("usage")
+                usage = raw_usage if isinstance(raw_usage, dict) else {}
                 for key in ("prompt_tokens", "completion_tokens"):
                     if isinstance(usage.get(key), int):
                         total[key] += usage[key]

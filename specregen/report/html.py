@@ -148,7 +148,8 @@ def _evidence(data: ReportData) -> str:
         return ('<section><h2>Evidence levels</h2><p class="none">The token shards carry no '
                 '<code>evidence</code> column.</p></section>')
     order = EVIDENCE_LEVELS
-    rows = [(k, s.evidence.get(k, 0)) for k in order if s.evidence.get(k)]
+    rows: list[tuple[str, int]] = [(k, s.evidence.get(k, 0)) for k in order
+                                   if s.evidence.get(k)]
     rows += [(k, v) for k, v in s.evidence.items() if k not in order]
     accepted = [(k, s.evidence_accepted.get(k, 0)) for k, _ in rows]
     return (_counts_section("Evidence levels (all samples)", rows, s.samples,

@@ -173,6 +173,7 @@ def validate_turns(turns: list[Turn], tools: list[dict[str, Any]] | None) -> dic
 def system_and_user_index(turns: list[Turn], fields: dict[str, Any]
                           ) -> tuple[str | None, int]:
     row_system = fields.get("system")
+    system: str | None
     if turns[0][0] == "system":
         system, first = turns[0][1], 1
     elif isinstance(row_system, str) and row_system:

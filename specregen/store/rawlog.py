@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -166,9 +166,16 @@ ROLL_RECORDS = 2_000
 ROLL_SECONDS = 10.0
 
 
+class RollSettings(TypedDict):
+    """RawLog's roll keywords, as commit_rolls gives them."""
+
+    roll_records: int
+    roll_seconds: float
+
+
 def commit_rolls(
     window: int, requests_per_minute: float | None = None, seconds: float | None = None
-) -> dict[str, float | int]:
+) -> RollSettings:
     """RawLog roll settings for a writer with `window` requests in flight. The engine holds a
     request's window slot until its final record is put, so a crash loses at most one window of
     paid answers in all (in flight or waiting for the put); these settings bound how long the

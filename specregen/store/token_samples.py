@@ -164,7 +164,7 @@ def to_row(sample: TokenSample) -> dict[str, Any]:
 
 
 def from_row(row: dict[str, Any]) -> TokenSample:
-    values = {name: row.get(name) for name in SCHEMA.names}
+    values: dict[str, Any] = {name: row.get(name) for name in SCHEMA.names}
     for name in _CALL_COLUMNS:
         values[name] = [ToolCall(**c) for c in json.loads(row.get(name) or "[]")]
     for name in _JSON_COLUMNS:

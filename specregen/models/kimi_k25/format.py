@@ -290,7 +290,9 @@ def reserialize_history_arguments(
             # The template writes a string as it is and dumps anything else.
             if (value if isinstance(value, str) else tojson(value)) != args:
                 changed = True
-            new_calls.append({**call, "function": {**fn, "arguments": value}})
+            # A call without a function object has args None and gets here with fn None
+            # (TypeError, as before): kept as it was, a typing pass changes no behaviour.
+            new_calls.append({**call, "function": {**fn, "arguments": value}})  # type: ignore[dict-item]
         out.append({**message, "tool_calls": new_calls})
     return out if changed else None
 
@@ -366,13 +368,16 @@ def _raw_call(raw_id: str, raw_args: str) -> ToolCall:
 def has_marker_text(text: str | None) -> bool:
     # Every tool marker contains "<|tool_call": a scan for `<` (memchr), then for that substring,
     # rules out the common case.
-    return (bool(text) and "<" in text and "<|tool_call" in text
-            and any(m in text for m in TOOL_MARKERS))
+    if not text:
+        return False
+    return "<" in text and "<|tool_call" in text and any(m in text for m in TOOL_MARKERS)
 
 
 def looks_stripped(text: str | None) -> bool:
     """Text that reads like a tool call whose markers a provider deleted."""
-    return bool(text) and _STRIPPED_CALL.search(text) is not None
+    if not text:
+        return False
+    return _STRIPPED_CALL.search(text) is not None
 
 
 def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bool]:
@@ -427,7 +432,7 @@ class KimiK25:
 
     name = "kimi-k2.5"
     thinking_switch = THINKING_SWITCH
-    default_system_prompt = DEFAULT_SYSTEM_PROMPT
+    default_system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     # `R </think> C <|tool_calls_section_begin|> (call-begin ID arg-begin ARGS call-end)*
     # <|tool_calls_section_end|> <|im_end|>`; markers and think tags written as text are flagged.
     markers = CompletionMarkers(
@@ -526,7 +531,9 @@ class KimiK25:
 
         from specregen.models.kimi_k25.tools_ts import deep_sort
 
-        rendered, _ = render_jinja_template(
+        # transformers annotates render_jinja_template `-> str`; it returns
+        # (rendered, generation indices).
+        rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
             conversations=[list(conversation)],
             tools=deep_sort(list(tools)) if tools else None,
             chat_template=template,
@@ -675,7 +682,9 @@ class KimiK25:
         from specregen.models.kimi_k25.tools_ts import deep_sort
 
         tools_ts = tools_declaration(tools, "typescript") if tools else None
-        rendered, _ = render_jinja_template(
+        # transformers annotates render_jinja_template `-> str`; it returns
+        # (rendered, generation indices).
+        rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
             conversations=[list(messages)],
             tools=deep_sort(list(tools)) if tools else None,
             chat_template=self.tok.chat_template,

@@ -86,7 +86,7 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 
     # -- encoding and decoding, as the upstream wrapper does them
 
-    def encode(self, text: str, allow_special_tokens: bool = True,  # type: ignore[override]
+    def encode(self, text: str, allow_special_tokens: bool = True,
                **kwargs: Any) -> list[int]:
         if kwargs:  # upstream hands any other argument to the base class
             return super().encode(text, **kwargs)
@@ -96,7 +96,8 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 
     def decode(self, token_ids: Any, **kwargs: Any) -> str:  # type: ignore[override]
         if kwargs:
-            return super().decode(token_ids, **kwargs)
+            # transformers types decode for a batch too (list[str]); a sequence is a str.
+            return super().decode(token_ids, **kwargs)  # type: ignore[return-value]
         if isinstance(token_ids, int):
             token_ids = [token_ids]
         return self.model.decode(list(token_ids))
@@ -114,7 +115,9 @@ class TikTokenTokenizer(PreTrainedTokenizer):
     def _convert_token_to_id(self, token: str) -> int:
         return self.encoder.get(token, self.special_tokens.get(str(self.unk_token), 0))
 
-    def _convert_id_to_token(self, index: int) -> str | None:
+    # As upstream's tokenization_kimi.py: an id outside the vocabulary is None, where
+    # transformers' base class declares str.
+    def _convert_id_to_token(self, index: int) -> str | None:  # type: ignore[override]
         return self.decoder.get(index)
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
@@ -129,16 +132,18 @@ class TikTokenTokenizer(PreTrainedTokenizer):
                         filename_prefix: str | None = None) -> tuple[str]:
         return (self.vocab_file,)
 
-    def apply_chat_template(self, conversation: Any, tools: list[dict] | None = None,
-                            tokenize: bool = False, add_generation_prompt: bool = True,
-                            thinking: bool = True, preserve_thinking: bool = False,
-                            **kwargs: Any) -> Any:
-        tools = _sorted(tools)
-        if tools:
+    # Upstream's signature (vLLM calls it so), narrower than transformers' own.
+    def apply_chat_template(  # type: ignore[override]
+            self, conversation: Any, tools: list[dict] | None = None,
+            tokenize: bool = False, add_generation_prompt: bool = True,
+            thinking: bool = True, preserve_thinking: bool = False,
+            **kwargs: Any) -> Any:
+        sorted_tools = _sorted(tools)
+        if sorted_tools:
             # Upstream falls back to no declaration string when the encoder raises.
             with contextlib.suppress(Exception):
-                kwargs["tools_ts_str"] = encode_tools_to_typescript(tools)
+                kwargs["tools_ts_str"] = encode_tools_to_typescript(sorted_tools)
         return super().apply_chat_template(
-            conversation, tools=tools, tokenize=tokenize,
+            conversation, tools=sorted_tools, tokenize=tokenize,
             add_generation_prompt=add_generation_prompt, thinking=thinking,
             preserve_thinking=preserve_thinking, **kwargs)

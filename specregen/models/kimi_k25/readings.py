@@ -188,7 +188,7 @@ def _shapes(
             # Unsplit and never closed: all of it is reasoning, the section opened inside it.
             shapes.append((True, c, "", False, (*notes, "reasoning_unsplit")))
         section_first = (has_calls and not (c or "").strip()) or (
-            bool(c) and c.startswith(SECTION_BEGIN))
+            (c or "").startswith(SECTION_BEGIN))
         if r and section_first and may_end_reasoning_at_tools(request, traits):
             # A tool section opened before `</think>` closes forced reasoning there (SGLang):
             # the API looks the same as when the model closed its thinking first.

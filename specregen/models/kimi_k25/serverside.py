@@ -70,7 +70,9 @@ def render_prompt_text(family: Family, request: dict[str, Any], thinking: bool,
         tools = [_vllm_tool(t) for t in tools]
     # The K2.5 tokenizer wrapper computes the TypeScript declaration from the tools it is given.
     tools_ts = tools_declaration(tools, "typescript") if tools else None
-    rendered, _ = render_jinja_template(
+    # transformers annotates render_jinja_template `-> str`; it returns
+    # (rendered, generation indices).
+    rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
         conversations=[messages],
         tools=deep_sort(list(tools)) if tools else None,
         chat_template=template if template is not None else template_text(),

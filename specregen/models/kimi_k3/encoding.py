@@ -234,9 +234,9 @@ def assistant_body(message: dict[str, Any], *, thinking: bool,
     return out
 
 
-def _call_index(calls: Any) -> dict[str, tuple[int, str]]:
+def _call_index(calls: Any) -> dict[str, tuple[int, str | None]]:
     """Call id -> (1-based position, function name); the first occurrence of an id wins."""
-    found: dict[str, tuple[int, str]] = {}
+    found: dict[str, tuple[int, str | None]] = {}
     for position, call in enumerate(calls or (), start=1):
         if not isinstance(call, dict) or call.get("id") is None:
             continue
@@ -253,7 +253,7 @@ def order_tool_results(messages: Sequence[Any]) -> list[Any]:
     one). A run with an unmatched message stays as it came. Messages are copied, not
     changed."""
     out: list[Any] = []
-    calls: dict[str, tuple[int, str]] = {}
+    calls: dict[str, tuple[int, str | None]] = {}
     i = 0
     while i < len(messages):
         m = messages[i]

@@ -152,7 +152,9 @@ def raw_segments(value: str) -> list[Segment]:
 
 
 def has_marker_text(value: str | None) -> bool:
-    return bool(value) and "<|" in value and any(m in value for m in MARKERS)
+    if not value:
+        return False
+    return "<|" in value and any(m in value for m in MARKERS)
 
 
 _CACHE_SIZE = 256

@@ -33,9 +33,9 @@ try:  # in the model folder (transformers loads it as a package module)
     from .encoding_k3 import joined, render_with_options
 except ImportError:
     try:  # loaded as a top-level module next to it
-        from encoding_k3 import joined, render_with_options  # type: ignore[no-redef]
+        from encoding_k3 import joined, render_with_options
     except ImportError:  # in specregen itself (the tests)
-        from specregen.models.kimi_k3.encoding import (  # type: ignore[no-redef]
+        from specregen.models.kimi_k3.encoding import (
             joined,
             render_with_options,
         )
@@ -96,7 +96,7 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 
     # -- encoding and decoding
 
-    def encode(self, text: str, allow_special_tokens: bool = True,  # type: ignore[override]
+    def encode(self, text: str, allow_special_tokens: bool = True,
                **kwargs: Any) -> list[int]:
         if kwargs:  # any other argument: the base class (it splits at the added tokens)
             return super().encode(text, **kwargs)
@@ -113,7 +113,8 @@ class TikTokenTokenizer(PreTrainedTokenizer):
 
     def decode(self, token_ids: Any, **kwargs: Any) -> str:  # type: ignore[override]
         if kwargs:
-            return super().decode(token_ids, **kwargs)
+            # transformers types decode for a batch too (list[str]); a sequence is a str.
+            return super().decode(token_ids, **kwargs)  # type: ignore[return-value]
         if isinstance(token_ids, int):
             token_ids = [token_ids]
         return self.model.decode(list(token_ids))
@@ -131,7 +132,9 @@ class TikTokenTokenizer(PreTrainedTokenizer):
     def _convert_token_to_id(self, token: str) -> int:
         return self.encoder.get(token, self.special_tokens.get(str(self.unk_token), 0))
 
-    def _convert_id_to_token(self, index: int) -> str | None:
+    # As upstream's tokenization_kimi.py: an id outside the vocabulary is None, where
+    # transformers' base class declares str.
+    def _convert_id_to_token(self, index: int) -> str | None:  # type: ignore[override]
         return self.decoder.get(index)
 
     def convert_tokens_to_string(self, tokens: list[str]) -> str:
@@ -157,9 +160,11 @@ class TikTokenTokenizer(PreTrainedTokenizer):
                 ids.extend(self.encode_text(piece))
         return ids
 
-    def apply_chat_template(self, conversation: Any, tools: list[dict] | None = None,
-                            tokenize: bool = False, add_generation_prompt: bool = True,
-                            **kwargs: Any) -> Any:
+    # Upstream's signature (vLLM calls it so), narrower than transformers' own.
+    def apply_chat_template(  # type: ignore[override]
+            self, conversation: Any, tools: list[dict] | None = None,
+            tokenize: bool = False, add_generation_prompt: bool = True,
+            **kwargs: Any) -> Any:
         if conversation and isinstance(conversation[0], list):  # a batch
             return [self.apply_chat_template(c, tools, tokenize, add_generation_prompt,
                                              **kwargs) for c in conversation]

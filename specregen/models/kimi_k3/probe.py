@@ -59,8 +59,9 @@ class KimiK3ProbeRules:
     def looks_stripped(self, content: str | None) -> bool:
         """Argument tags' leftovers (`key="..." type="..."`) in content without their markers:
         what is left when a provider deletes the marker tokens."""
-        return bool(content) and 'key="' in content and 'type="' in content \
-            and "<|" not in content
+        if not content:
+            return False
+        return 'key="' in content and 'type="' in content and "<|" not in content
 
     def id_is_canonical(self, call_id: str | None, name: str, index: int) -> bool:
         return not call_id or is_server_tool_id(call_id)

@@ -198,7 +198,8 @@ def _schema_types(request: dict[str, Any]) -> dict[str, dict[str, str]]:
         fn = tool.get("function") if isinstance(tool, dict) else None
         params = fn.get("parameters") if isinstance(fn, dict) else None
         props = params.get("properties") if isinstance(params, dict) else None
-        if not isinstance(props, dict) or not isinstance(fn.get("name"), str):
+        if not isinstance(fn, dict) or not isinstance(props, dict) \
+                or not isinstance(fn.get("name"), str):
             continue
         for key, schema in props.items():
             kind = schema.get("type") if isinstance(schema, dict) else None

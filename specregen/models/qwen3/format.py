@@ -155,7 +155,9 @@ def ascii_escaped_dump(arguments: str) -> bool:
 
 
 def is_server_tool_id(tool_id: str | None) -> bool:
-    return bool(tool_id) and SERVER_TOOL_ID.match(tool_id) is not None
+    if not tool_id:
+        return False
+    return SERVER_TOOL_ID.match(tool_id) is not None
 
 
 _CACHE_SIZE = 256

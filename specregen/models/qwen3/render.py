@@ -223,7 +223,9 @@ def render_with_template(
     kwargs: dict[str, Any] = {}
     if enable_thinking is not None:
         kwargs["enable_thinking"] = enable_thinking
-    rendered, _ = render_jinja_template(
+    # transformers annotates render_jinja_template `-> str`; it returns
+    # (rendered, generation indices).
+    rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
         conversations=[list(messages)],
         tools=list(tools) if tools else None,
         chat_template=template,

@@ -825,7 +825,9 @@ def _complete_container(text: str, allow_str: bool, close: str
             if value[1] is True:  # type: ignore[index]
                 i = j = j + value[0]  # type: ignore[index]
             else:
-                return j + value[0], value[1] + close  # type: ignore[index,operator]
+                # value is (end, closing text) here: _complete_any's False and (end, True)
+                # were handled above, which its union return type cannot say.
+                return j + value[0], value[1] + close  # type: ignore[index,operator,return-value]
             j = _skip_blank(text, j)
             if text[j] == ",":
                 j += 1
@@ -879,7 +881,7 @@ def _partial_loads(text: str, allow_str: bool) -> tuple[Any, int]:
         # A whole first value with more after it (`fix_fast` completes the rest, and
         # `json.loads` then fails on "Extra data": `raw_decode` gives the first value).
         return json.loads(text[:end]), end
-    completed = text[:end] + tail
+    completed = text[:end] + tail  # type: ignore[operator]  # a str: True returned above
     try:
         value = json.loads(completed)
     except json.JSONDecodeError as exc:
