@@ -264,7 +264,8 @@ def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
                 raise GateInputError(f"{path}:{number}: not JSON ({exc.msg})") from None
             if not isinstance(row, dict) or not isinstance(row.get("sample_id"), str):
                 raise GateInputError(f"{path}:{number}: not an object with a string sample_id")
-            meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+            meta = row.get("meta")
+            meta = meta if isinstance(meta, dict) else {}
             reference[row["sample_id"]] = _compact(meta.get("reference_first_turn"))
     return reference
 

@@ -147,7 +147,7 @@ def probe_command(
     # An unreachable endpoint (exit 9) and an unwritable --out (exit 5) answer as in `infer`.
     with user_errors(), console.status(f"probing {cfg.model} at {cfg.base_url}"):
         try:
-            profile = probe_endpoint(cfg, key, scenarios, tool_mode=tool_mode,  # type: ignore[arg-type]
+            profile = probe_endpoint(cfg, key, scenarios, tool_mode=tool_mode,
                                      fmt=fmt, tokenizer=tokenizer, glaive_source=glaive_source)
         except ProbeFatalError as exc:
             console.print(f"[red]fatal:[/red] {exc}", highlight=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal, cast
 
 from specregen.errors import UsageError
 from specregen.records import TOOL_MODES, Prompt
@@ -63,7 +63,7 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
                               f" not {turns!r}")
     prompt = Prompt(
         sample_id=sample_id, messages=messages, tools=tools or None, tool_mode=tool_mode,
-        meta=meta, turns=turns,
+        meta=meta, turns=cast(Literal["first", "all"], turns),  # checked against TURNS above
     )
     if turns == "all":
         from specregen.conversation.plan import ConversationError, plan_conversation
