@@ -110,9 +110,14 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
                             noncanonical_rate=0.004 if profile == "openrouter" else 0.0)
     src = write_prompts(tmp_path / "prompts.jsonl", 18)
     out = tmp_path / "rawlog"
+    # A self-hosted stack is asked in its own dialect, as a run asks it (the text as written:
+    # no spaces around added tokens).
+    dialect = ("sglang" if profile.startswith("sglang") else "vllm") \
+        if profile in UPSTREAM_PROFILES else "openrouter"
     with serve_in_thread(config, tok) as emu:
+        url = emu.openrouter_url if dialect == "openrouter" else emu.url
         result = CliRunner().invoke(app, infer_args(
-            src, out, emu.openrouter_url, "--return-token-ids", "--concurrency", "8",
+            src, out, url, "--dialect", dialect, "--return-token-ids", "--concurrency", "8",
             "--stream" if stream else "--no-stream"))
     assert result.exit_code == 0, result.output
     tokens = tmp_path / "tokens.parquet"
