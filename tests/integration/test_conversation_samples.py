@@ -85,8 +85,8 @@ def run(tmp_path: Path, config: EmulatorConfig, tokenizer: str, *infer_args: str
         assert probed.exit_code == 0, probed.output
         result = CliRunner().invoke(app, [
             "infer", str(prompts), "--out", str(raw), "--base-url", url, "--model", model,
-            "--dialect", dialect, "--turns", "all", "--return-token-ids", "--concurrency", "4", "--tokenizer",
-            tokenizer, *infer_args])
+            "--dialect", dialect, "--turns", "all", "--return-token-ids", "--concurrency", "4",
+            "--tokenizer", tokenizer, *infer_args])
     assert result.exit_code == 0, result.output
     truth = {r["sample_id"]: r for r in RawLog(str(raw)).iter_records() if r.get("final")}
     source = raw
