@@ -65,17 +65,21 @@ class ProfileSpec:
     openrouter: bool  # OpenRouter's extra fields, header and keep-alive comments
     # The upstream parser family this profile runs (the format's served side knows it).
     server: str | None
+    # A stream's first chunk carries `content: ""` beside the role whatever follows (vLLM
+    # 0.32's serving layer); else only when the message has content.
+    role_content: bool
 
 
 def _spec(name: Profile, reasoning_field: str, **kwargs: Any) -> ProfileSpec:
     defaults: dict[str, Any] = dict(parse_tools=True, trim_tool_calls=True, empty_content=None,
-                                    strip_markers=False, openrouter=False, server=None)
+                                    strip_markers=False, openrouter=False, server=None,
+                                    role_content=False)
     return ProfileSpec(name, reasoning_field, **{**defaults, **kwargs})
 
 
 PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "openrouter": _spec("openrouter", "reasoning", empty_content="", openrouter=True),
-    "vllm": _spec("vllm", "reasoning", server="vllm"),
+    "vllm": _spec("vllm", "reasoning", server="vllm", role_content=True),
     "vllm-legacy": _spec("vllm-legacy", "reasoning", server="vllm-legacy"),
     "vllm-k25": _spec("vllm-k25", "reasoning", server="vllm-k25"),
     "sglang": _spec("sglang", "reasoning_content", server="sglang"),
@@ -86,8 +90,8 @@ PROFILE_SPECS: dict[Profile, ProfileSpec] = {
                       strip_markers=True),
     # vLLM with a format's own parsers (emulator/served.py; Qwen3: qwen3 + hermes; Kimi K3:
     # kimi_k3 + kimi_k3).
-    "vllm-hermes": _spec("vllm-hermes", "reasoning"),
-    "vllm-k3": _spec("vllm-k3", "reasoning"),
+    "vllm-hermes": _spec("vllm-hermes", "reasoning", role_content=True),
+    "vllm-k3": _spec("vllm-k3", "reasoning", role_content=True),
 }
 
 
@@ -215,7 +219,7 @@ def stream_frames(
     field = b'{"' + spec.reasoning_field.encode() + b'":'
 
     first_delta: dict[str, Any] = {"role": "assistant"}
-    if msg.content is not None:
+    if msg.content is not None or spec.role_content:
         first_delta["content"] = ""
     first = chunk(first_delta)
     if wants_token_ids(request):
