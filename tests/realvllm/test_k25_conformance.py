@@ -94,6 +94,8 @@ def hand_cases(family: Any) -> list[RealCase]:
         ids = [*_ids(family.tok, parts), family.spec.stop_id]
         # A cut drops the stop token and the last part's ids.
         max_tokens = len(ids) - 1 - len(_ids(family.tok, parts[-1:])) if cut else None
+        if max_tokens is not None:
+            request["max_tokens"] = max_tokens
         cases.append(RealCase(f"hand-{name}", name, ("headline", "headline"), False, request,
                               tuple(ids), max_tokens))
     return cases
