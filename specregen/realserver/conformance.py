@@ -234,12 +234,15 @@ def measure(fmt: ChatFormat, case: RealCase, body: dict[str, Any], answer: dict[
 
 
 def run_case(server: VllmServer, fmt: ChatFormat, case: RealCase, variant: str, stream: bool,
-             index: int, traits: dict[str, ProviderTraits | None] | None = None) -> Result:
-    """One case through the real server and the emulator; the real answer rebuilt without
-    server ids (`blind`), with the probe's traits for the variant (`probed`, when given), and
-    from its logprobs alone (`logprobs`, when they came back)."""
+             index: int, traits: dict[str, ProviderTraits | None] | None = None,
+             real: dict[str, Any] | None = None) -> Result:
+    """One case through the real server (unless its answer `real` is given) and the emulator;
+    the real answer rebuilt without server ids (`blind`), with the probe's traits for the
+    variant (`probed`, when given), and from its logprobs alone (`logprobs`, when they came
+    back)."""
     body = sent_request(case, variant, stream)
-    real = ask_real(server, body)
+    if real is None:
+        real = ask_real(server, body)
     emulated = ask_emulator(server.spec, fmt.tok, case, body, index)
     result = Result(case, variant, stream, real, emulated, differences(real, emulated))
     if "choices" not in real:
@@ -276,20 +279,18 @@ def run(server: VllmServer, fmt: ChatFormat, cases: Sequence[RealCase],
         concurrency: int = MAX_NUM_SEQS) -> list[Result]:
     """Every case in every variant and mode, `concurrency` requests at a time (the server runs
     as many sequences at once); the scripts are written once, up front. `traits`: per variant,
-    what the probe found (the `probed` pass)."""
+    what the probe found (the `probed` pass). Only the requests run in threads: the emulator
+    and reconstruction run here, one answer after the other, as they do in a run."""
+    jobs = [(case, variant, stream) for case in cases for variant in variants
+            for stream in streams]
+    results: list[Result] = []
     with ThreadPoolExecutor(concurrency) as pool:
         prompts = list(pool.map(lambda c: server.prompt_ids(c.request), cases))
         server.script(zip(prompts, (c.ids for c in cases), strict=True))
-        jobs = [(case, variant, stream) for case in cases for variant in variants
-                for stream in streams]
-
-        def one(index: int) -> Result:
-            case, variant, stream = jobs[index]
-            return run_case(server, fmt, case, variant, stream, index, traits)
-
-        results: list[Result] = []
-        for result in pool.map(one, range(len(jobs))):
-            results.append(result)
+        answers = pool.map(lambda job: ask_real(server, sent_request(*job)), jobs)
+        for index, ((case, variant, stream), real) in enumerate(zip(jobs, answers,
+                                                                    strict=True)):
+            results.append(run_case(server, fmt, case, variant, stream, index, traits, real))
             if progress is not None:
                 progress(len(results))
     return results
