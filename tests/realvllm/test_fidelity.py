@@ -30,11 +30,13 @@ def test_no_real_answer_is_ok_with_wrong_ids(family, results):
              and r.case.group(r.stream) in gated]
     assert not wrong, wrong
     outcomes = Counter((name, m.outcome) for r in results for name, m in r.measures.items())
-    # Every pass ran, and the client's way of asking gets most answers right.
+    # Every pass ran; every template-shaped answer asked the client's way comes back exact
+    # with the probe's traits (the yield bench/real_vllm.py measures on 1,000 answers).
     assert {name for name, _ in outcomes} == {"blind", "probed", "logprobs"}, outcomes
-    client = [r for r in results if r.variant == "client"]
-    ok = sum(r.measures["probed"].outcome == "ok" for r in client)
-    assert ok >= 0.6 * len(client), outcomes
+    client = [r for r in results if r.variant == "client" and r.case.template_shaped]
+    assert all(r.measures["probed"].outcome == "ok" for r in client), [
+        (r.case.sample_id, r.stream, r.measures["probed"].sample.flags) for r in client
+        if r.measures["probed"].outcome != "ok"]
 
 
 @pytest.mark.parametrize("family", FAMILIES, indirect=True)
