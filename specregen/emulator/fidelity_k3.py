@@ -26,6 +26,8 @@ from typing import Any
 
 from specregen.client.sse import assemble_lines
 from specregen.emulator import textgen
+from specregen.emulator.config import Profile
+from specregen.emulator.fidelity import Case
 from specregen.emulator.profiles import (
     PROFILE_SPECS,
     ResponseMeta,
@@ -53,7 +55,7 @@ from specregen.models.tokenizer import Tokenizer
 from specregen.records import ProviderTraits
 
 MODEL = "moonshotai/kimi-k3"
-PROFILES = ("vllm-k3", "openrouter")
+PROFILES: tuple[Profile, ...] = ("vllm-k3", "openrouter")
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -362,17 +364,6 @@ def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None,
 # The server side (the emulator's, from the ids on)
 
 
-@dataclass(frozen=True, slots=True)
-class Case:
-    sample_id: str
-    profile: str
-    stream: bool
-    shape: str
-    request: dict[str, Any]
-    body: dict[str, Any]  # as the client assembles it, with the true ids in it
-    truth: tuple[int, ...]  # prompt + completion ids
-
-
 def serve(server: KimiK3Server, profile: str, request: dict[str, Any], ids: list[int],
           max_tokens: int | None, stream: bool, index: int) -> dict[str, Any]:
     """The body a client ends up with when the model wrote `ids` for `request`: the served
@@ -436,7 +427,7 @@ def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = N
                     written.template_shaped)
 
 
-def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[str] = PROFILES,
+def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = PROFILES,
           streams: Sequence[bool] = (False, True),
           shapes: Sequence[str] | None = None) -> Iterator[Case]:
     """`n` random answers, each served by every profile plain and streamed."""

@@ -31,6 +31,8 @@ from typing import Any
 
 from specregen.client.sse import assemble_lines
 from specregen.emulator import textgen
+from specregen.emulator.config import Profile
+from specregen.emulator.fidelity import Case
 from specregen.emulator.profiles import (
     PROFILE_SPECS,
     Message,
@@ -47,7 +49,7 @@ from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, T
 from specregen.models.tokenizer import Tokenizer
 from specregen.records import ProviderTraits
 
-PROFILES = ("vllm-hermes", "openrouter", "sglang")
+PROFILES: tuple[Profile, ...] = ("vllm-hermes", "openrouter", "sglang")
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -328,17 +330,6 @@ def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None
 # The server side (the emulator's, from the ids on)
 
 
-@dataclass(frozen=True, slots=True)
-class Case:
-    sample_id: str
-    profile: str
-    stream: bool
-    shape: str
-    request: dict[str, Any]
-    body: dict[str, Any]  # as the client assembles it, with the true ids in it
-    truth: tuple[int, ...]  # prompt + completion ids
-
-
 def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[int],
           truncated: bool, stream: bool, index: int) -> dict[str, Any]:
     """The body a client ends up with when the model wrote `ids` for `request`:
@@ -367,7 +358,7 @@ def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[
     return body
 
 
-def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[str] = PROFILES,
+def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = PROFILES,
           streams: Sequence[bool] = (False, True),
           shapes: Sequence[str] | None = None) -> Iterator[Case]:
     """`n` random answers, each served by every profile plain and streamed."""
