@@ -234,15 +234,12 @@ def measure(fmt: ChatFormat, case: RealCase, body: dict[str, Any], answer: dict[
 
 
 def run_case(server: VllmServer, fmt: ChatFormat, case: RealCase, variant: str, stream: bool,
-             index: int, traits: dict[str, ProviderTraits | None] | None = None,
-             real: dict[str, Any] | None = None) -> Result:
-    """One case through the real server (unless its answer `real` is given) and the emulator;
-    the real answer rebuilt without server ids (`blind`), with the probe's traits for the
-    variant (`probed`, when given), and from its logprobs alone (`logprobs`, when they came
-    back)."""
+             index: int, traits: dict[str, ProviderTraits | None] | None,
+             real: dict[str, Any]) -> Result:
+    """One case's real answer (`real`, to `sent_request`) beside the emulator's; the real
+    answer rebuilt without server ids (`blind`), with the probe's traits for the variant
+    (`probed`, when given), and from its logprobs alone (`logprobs`, when they came back)."""
     body = sent_request(case, variant, stream)
-    if real is None:
-        real = ask_real(server, body)
     emulated = ask_emulator(server.spec, fmt.tok, case, body, index)
     result = Result(case, variant, stream, real, emulated, differences(real, emulated))
     if "choices" not in real:
