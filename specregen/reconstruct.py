@@ -75,9 +75,18 @@ TRUST_BREAKING_FLAGS = frozenset(
 )
 # Doubts a completion count equal to `usage` settles: their other reading (reasoning that was
 # dropped, a `</think>` before a section left in the reasoning) is longer, and nothing a parser
-# drops or a sampler splits makes the model's count smaller. (Marker text that was a marker is
-# shorter, so a count can never prove it was text.)
+# drops or a sampler splits makes the model's count smaller.
 SETTLED_BY_COUNT = frozenset({"tool_calls_in_reasoning", "reasoning_missing"})
+# Doubts an exactly equal count settles although their other reading is shorter: marker
+# strings read as text. Spelled in plain tokens a marker is at least three pre-tokenizer chunks
+# (`<|`/`<`, its name, `|>`/`>`); written as its own id it is one token, plus at most one space
+# split off the text before it. So the other reading is shorter than the count, and fits it
+# only if the model put a marker's id into its prose (leaving its template's shape) AND unseen
+# tokens made up the difference: two coincidences against none, the rule `_two_coincidences`
+# applies to rival readings (docs/evidence.md, "Readings"). The real vLLM measured it: every
+# answer with marker strings in its text and an equal count was exactly rebuilt
+# (bench/real_vllm.py).
+SETTLED_BY_EXACT_COUNT = frozenset({"markers_in_text"})
 # Readings in which the model left the shape its template shows: a tool section opened before
 # `</think>`. Rare, but real (K2-Thinking is reported doing it), so such a reading that fits the
 # count is taken; it is no rival to a template-shaped reading unless it fits without help.
@@ -247,6 +256,9 @@ def reconstruct(
         settled = SETTLED_BY_REFERENCE
     elif settled_by_count:
         settled = SETTLED_BY_COUNT
+        if truncated or traits.counts_stop_token is not None:
+            # Exact: one token of slack (an unknown stop-token count) could be the difference.
+            settled |= SETTLED_BY_EXACT_COUNT
     breaking = TRUST_BREAKING_FLAGS.intersection(flags) - settled
     status: Status = "flagged" if breaking else "ok"
     assembled = chosen.assembled

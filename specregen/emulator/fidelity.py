@@ -11,7 +11,9 @@ never sends them, and only the reference pass hands them to `reconstruct`.
 Outcomes: `ok` (ids equal the truth), `ok_resplit` (same text and specials, other BPE split),
 `wrong_ok` (status ok, ids whose text or specials differ -- the number that must be zero),
 `flagged_right` (flagged, and the ids are indeed wrong), `false_alarm` (flagged although the
-ids equal the truth), `error`.
+ids equal the truth), `error`. Against a real server (specregen.realserver.conformance) a
+`wrong_ok` becomes `unseen` when the server, scripted with our ids, gives the same answer: the
+deviation is not in the answer at all, and no reader without the server's ids can see it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from specregen.models.tokenizer import Tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
 
-Outcome = Literal["ok", "ok_resplit", "wrong_ok", "flagged_right", "false_alarm", "error"]
+Outcome = Literal["ok", "ok_resplit", "wrong_ok", "unseen", "flagged_right", "false_alarm",
+                  "error"]
+# The emulator corpus' table columns (`unseen` needs a real server to ask).
 OUTCOMES: tuple[Outcome, ...] = ("ok", "ok_resplit", "wrong_ok", "flagged_right", "false_alarm",
                                  "error")
 Pass = Literal["blind", "traits", "reference"]

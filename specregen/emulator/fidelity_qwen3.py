@@ -256,7 +256,11 @@ def write_answer(rng: random.Random, shape: str, thinking: bool, tool_names: Seq
 
     in_think = "in_think" in deviations and calls and thinking
     if thinking:
-        reasoning = _prose(rng, rng.randint(5, 60), literal and rng.random() < 0.6)
+        # The template's own empty block (`<think>\n\n</think>\n\n`, what it renders when
+        # thinking is off) is a clean answer too.
+        empty = shape == "clean" and rng.random() < 0.1
+        reasoning = "" if empty else _prose(rng, rng.randint(5, 60),
+                                            literal and rng.random() < 0.6)
         if "chars" in deviations and not calls:
             reasoning += f" I could write {THINK_END} here."
         pieces.append(Piece(THINK + "\n" + reasoning + "\n", spelled="chars" in deviations
@@ -400,8 +404,11 @@ def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = P
 # The corpus for a real server (specregen.realserver): the same requests and answers, as the
 # ids the model writes, for a real vLLM's scripted model to answer with.
 
-# What Qwen3's template expects it to write (the base of the real server's yield).
-TEMPLATE_SHAPES = frozenset({"clean", "literal"})
+# What Qwen3's template expects it to write (the base of the real server's yield): its layout,
+# with 0-3 calls and reasoning empty or not. Not `literal`: a marker's own id in prose is what
+# the template reserves for structure (the parsers take it for one; K2.5's corpus counts it
+# the same way).
+TEMPLATE_SHAPES = frozenset({"clean"})
 
 
 def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:

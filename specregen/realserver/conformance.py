@@ -290,7 +290,39 @@ def run(server: VllmServer, fmt: ChatFormat, cases: Sequence[RealCase],
             results.append(run_case(server, fmt, case, variant, stream, index, traits, real))
             if progress is not None:
                 progress(len(results))
+    replay_wrong(server, results, prompts=dict(zip((c.sample_id for c in cases), prompts,
+                                                   strict=True)))
     return results
+
+
+# What two answers of one server to one request may differ in without a reader seeing it: the
+# completion ids (the point of the replay) and the stream's reasoning count, which vLLM takes
+# at whatever step the reasoning end reached the stream (timing, docs/vllm-0.32.md).
+_UNSEEN_FIELDS = ("token_ids", "reasoning_tokens")
+
+
+def replay_wrong(server: VllmServer, results: Sequence[Result],
+                 prompts: dict[str, list[int]]) -> None:
+    """Ask again, with our ids scripted as the model's, for every answer rebuilt `ok` with
+    wrong ids. When the server gives the same answer (every field a client sees), the model's
+    deviation is not in the answer at all: no reader without the server's ids could tell our
+    reading from the truth, and the outcome is `unseen`. An answer that differs keeps
+    `wrong_ok`: something in it could have told. The truth's script is restored after."""
+    touched: set[str] = set()
+    for r in results:
+        for name, m in list(r.measures.items()):
+            if m.outcome != "wrong_ok" or name == "logprobs":  # logprobs name every token
+                continue
+            ours = list(m.sample.input_ids[m.sample.prompt_len:])
+            prompt = prompts[r.case.sample_id]
+            server.script([(prompt, ours)])
+            touched.add(r.case.sample_id)
+            again = ask_real(server, sent_request(r.case, r.variant, r.stream))
+            seen = [f for f in differences(r.real, again) if f not in _UNSEEN_FIELDS]
+            if not seen and "choices" in again:
+                r.measures[name] = Measure(m.sample, "unseen")
+    by_id = {r.case.sample_id: r.case for r in results}
+    server.script((prompts[i], by_id[i].ids) for i in sorted(touched))
 
 
 def tally(results: Sequence[Result]) -> dict[tuple[str, str], Row]:

@@ -7,7 +7,6 @@ server's and prove the answer."""
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 
 import pytest
@@ -22,12 +21,10 @@ def results(family, real_servers):
 
 @pytest.mark.parametrize("family", FAMILIES, indirect=True)
 def test_no_real_answer_is_ok_with_wrong_ids(family, results):
-    # In the groups the family's corpus gates; the others (count-invisible deviations, what
-    # the answer cannot carry) are its documented limit, measured by bench/real_vllm.py.
-    gated = importlib.import_module(family.spec.corpus).GATED_GROUPS
+    # In every group. An answer the server gives identically for our ids (`unseen`: asked
+    # again with them scripted) carries nothing a reader could see; it is counted apart.
     wrong = [(r.case.sample_id, r.variant, r.stream, name, m.sample.flags)
-             for r in results for name, m in r.measures.items() if m.outcome == "wrong_ok"
-             and r.case.group(r.stream) in gated]
+             for r in results for name, m in r.measures.items() if m.outcome == "wrong_ok"]
     assert not wrong, wrong
     outcomes = Counter((name, m.outcome) for r in results for name, m in r.measures.items())
     # Every pass ran; template-shaped answers asked the client's way come back exact with the

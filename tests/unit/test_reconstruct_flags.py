@@ -262,6 +262,24 @@ def test_thinking_mode_from_request(request_fields, expected):
     assert thinking_from_request(request_fields) is expected
 
 
+def test_marker_strings_in_prose_are_settled_only_by_an_exact_count_with_known_counting(fmt):
+    # Spelled in pieces, `<|tool_call_begin|>` and `<think>` are longer than their ids: a count
+    # equal to the pieces' reading proves them text, once the stop token's counting is known.
+    message = {"reasoning": "Think.", "content": 'Write "<|tool_call_begin|>" or <think> here.'}
+    usage = exact_usage(fmt, REQUEST, message)
+    known = ProviderTraits(counts_stop_token=True)
+    sample = reconstruct("s", REQUEST, response(message, usage=usage), fmt, traits=known)
+    assert sample.status == "ok" and "markers_in_text" in sample.flags
+    assert fmt.ids["<think>"] not in sample.input_ids[sample.prompt_len:]
+    # The stop token's counting unknown: one token of slack could be the marker's id.
+    sample = reconstruct("s", REQUEST, response(message, usage=usage), fmt)
+    assert sample.status == "flagged" and "markers_in_text" in sample.flags
+    # A count the pieces do not fit: the marker may have been its id.
+    short = {**usage, "completion_tokens": usage["completion_tokens"] - 3}
+    sample = reconstruct("s", REQUEST, response(message, usage=short), fmt, traits=known)
+    assert sample.status == "flagged" and "markers_in_text" in sample.flags
+
+
 def test_marker_text_inside_structured_arguments_is_flagged(fmt):
     message = {"reasoning": "x", "content": None,
                "tool_calls": [call(args='{"city": "<|tool_call_end|>"}')]}
