@@ -1,52 +1,54 @@
 """Kimi K2.5 as a chat format (`specregen.models.chat_format.ChatFormat`).
 
+common.py: the marker strings, the call-id rule and `Assembled` (what the others share);
 format.py: prompt rendering, completion assembly, raw tool-call markers, the id policy;
 readings.py: what the servers' lossy parsers leave open (docs/evidence.md); checks.py: the
 gate's K2.5 rules; tools_ts.py: K2.5's TypeScript-style tool declaration; chat_template.jinja:
 the template written from the SPEC.
 """
 
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
     CANONICAL_ID,
-    DEFAULT_SYSTEM_PROMPT,
     IM_ASSISTANT,
     IM_END,
     IM_MIDDLE,
     IM_SYSTEM,
     IM_USER,
-    MEDIA_IMAGE,
-    READS_PROVIDER_TRAITS,
-    REQUIRED_TOKENS,
     SECTION_BEGIN,
     SECTION_END,
     THINK,
     THINK_END,
-    THINKING_SWITCH,
     TOOL_MARKERS,
     Assembled,
+    count_history_tool_calls,
+    tojson,
+)
+from specregen.models.kimi_k25.format import (
+    DEFAULT_SYSTEM_PROMPT,
+    MEDIA_IMAGE,
+    READS_PROVIDER_TRAITS,
+    REQUIRED_TOKENS,
+    THINKING_SWITCH,
     FormatError,
     KimiK25,
     RawToolSection,
     ToolsFormat,
     check_tokenizer,
-    count_history_tool_calls,
     find_tool_section,
     has_marker_text,
-    looks_stripped,
     make_format,
     name_from_tool_id,
     render_prompt_blocks,
     render_prompt_text,
-    reserialize_history_arguments,
     resolve_tool_id,
     source_files,
-    tojson,
     tools_declaration,
 )
 from specregen.models.kimi_k25.probe import make_probe_rules
+from specregen.models.kimi_k25.readings import looks_stripped, reserialize_history_arguments
 
 __all__ = [
     "ARG_BEGIN",

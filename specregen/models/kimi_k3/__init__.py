@@ -1,13 +1,15 @@
 """Kimi K3 as a chat format (docs/kimi-k3.md).
 
 encoding.py: K3's prompt rendering as segments (our own encoder; the real-vLLM folder carries
-it as `encoding_k3.py`); tokens.py: K3's added-token table and tokenizer folders; format.py:
-prompt encoding, completion assembly, the raw tool-call parser, the gate's rules; readings.py:
-what vLLM 0.32's kimi_k3 parsers leave open; servers.py: those parsers and vLLM's prompt
-handling, restated. The emulator's side: served.py; the fidelity corpus: corpus.py; the
+it as `encoding_k3.py`); tokens.py: K3's added-token table and tokenizer folders; completion.py:
+the completion's layout as segments, `Assembled`, the raw tool-call parser (what format.py and
+readings.py share); format.py: prompt encoding, completion assembly, the gate's rules;
+readings.py: what vLLM 0.32's kimi_k3 parsers leave open; servers.py: those parsers and vLLM's
+prompt handling, restated. The emulator's side: served.py; the fidelity corpus: corpus.py; the
 real-vLLM folder: realvllm.py + hf_tokenizer.py; the endpoint probe's rules: probe.py.
 """
 
+from specregen.models.kimi_k3.completion import Assembled, completion_segments, parse_calls
 from specregen.models.kimi_k3.encoding import (
     CLOSE,
     END_OF_MSG,
@@ -20,12 +22,9 @@ from specregen.models.kimi_k3.encoding import (
 from specregen.models.kimi_k3.format import (
     THINKING_SWITCH,
     TOOL_ID_IN_TOKENS,
-    Assembled,
     KimiK3,
-    completion_segments,
     is_server_tool_id,
     make_format,
-    parse_calls,
     source_files,
 )
 from specregen.models.kimi_k3.probe import make_probe_rules
