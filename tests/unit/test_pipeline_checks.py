@@ -22,9 +22,10 @@ from specregen.errors import (
     OutputBusyError,
     UsageError,
 )
+from specregen.pipeline.apikey import MissingKeyError
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.publish import GateFailedError
-from specregen.pipeline.run import MissingKeyError, check_before_paying, run_dataset
+from specregen.pipeline.run import check_before_paying, run_dataset
 from tests.support import REPO
 
 
