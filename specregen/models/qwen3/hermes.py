@@ -8,7 +8,7 @@ differ in how the stream cuts a call's arguments out of its body (`HermesStream`
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from specregen.models.qwen3.tokens import TOOL_CALL, TOOL_CALL_END
 from specregen.models.serverkit.stream import ServerCall, is_complete_json, tag_overlap
@@ -79,6 +79,14 @@ class HermesStream:
             if args is not None and len(args) > len(self.streamed[i]):
                 self.client[i] += args[len(self.streamed[i]):]
                 self.streamed[i] = args
+
+    def run(self, pieces: Iterable[str]) -> tuple[str, tuple[ServerCall, ...]]:
+        """The stream over the content's steps: (the content sent, the calls)."""
+        text = ""
+        for piece in pieces:
+            text += piece
+            self.step(text)
+        return "".join(self.content), self.calls()
 
     def calls(self) -> tuple[ServerCall, ...]:
         return tuple(ServerCall(name, args, i)

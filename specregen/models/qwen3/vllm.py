@@ -541,13 +541,7 @@ def _stream(out: Output, ids: Sequence[int], request: dict[str, Any], vocab: Voc
     finish = "length" if out.truncated else "stop"
     calls: tuple[ServerCall, ...] = ()
     if runs_hermes(request):
-        hermes = HermesStream(_stream_args)
-        text = ""
-        for piece in tail:
-            text += piece
-            hermes.step(text)
-        calls = hermes.calls()
-        content = "".join(hermes.content)
+        content, calls = HermesStream(_stream_args).run(tail)
     else:
         content = "".join(tail)
     if request.get("parallel_tool_calls") is False:

@@ -288,13 +288,7 @@ def _stream(out: Output, request: dict[str, Any], ids: MarkerIds,
     if not tools:
         content = "".join(content_steps)
         return Parsed("".join(reasoning) if reasoning else None, content or None, (), finish)
-    hermes = HermesStream(_tool_args)
-    text = ""
-    for piece in content_steps:
-        text += piece
-        hermes.step(text)
-    calls = hermes.calls()
-    content = "".join(hermes.content)
+    content, calls = HermesStream(_tool_args).run(content_steps)
     if calls and not out.truncated:
         finish = "tool_calls"
     return Parsed("".join(reasoning) if reasoning else None, content or None, calls, finish)
