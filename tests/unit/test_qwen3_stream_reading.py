@@ -248,3 +248,17 @@ def test_sglang_stream_fields_read_back_to_the_models_ids(qwen):
                 assert "content_whitespace_guessed" in reading.flags
             if any(not c.arguments or "\\u" in c.arguments for c in calls):
                 assert "arguments_canonical_assumed" in reading.flags
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_call_tag_opening_the_content_leaves_the_think_end_unplaced(qwen, stream):
+    # vLLM 0.32 ends the reasoning at a `<tool_call>` inside it and drops a later `</think>`:
+    # "R `<tool_call>` x. </think> y" comes back as the fields of "R </think> `<tool_call>` x.
+    # y" -- the same ids but for where `</think>` stood, which no field or count shows.
+    request = {"model": "qwen/qwen3-8b", "messages": [{"role": "user", "content": "Hi"}],
+               **({"stream": True} if stream else {})}
+    body = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "reasoning": "\nWrite `",
+        "content": "<tool_call>` to call.\n\nUse `<tool_call>` tags."}}]}
+    sample = reconstruct("q", request, body, qwen)
+    assert sample.status == "flagged" and "reading_ambiguous" in sample.flags

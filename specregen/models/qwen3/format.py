@@ -275,13 +275,14 @@ class Qwen3:
         if "tool_call_in_reasoning" in assembled.flags:
             flags.append("tool_calls_in_reasoning")
         content = completion.content or ""
-        if (verbatim and truncated and reasoning is not None and not calls
-                and content.startswith(TOOL_CALL) and THINK_END not in content):
-            # A cut stream whose text after the reasoning opens with an unparsed `<tool_call>`:
-            # the model wrote `</think>` right before the tag (vLLM, SGLang), or the tag inside
-            # its reasoning and SGLang's stream ended the reasoning there -- and then dropped
-            # the `</tool_call>` it wrote (the qwen25 detector deletes it from normal text) at
-            # a place no field shows. The count cannot tell them apart.
+        if (reasoning is not None and not calls and content.startswith(TOOL_CALL)
+                and THINK_END not in content):
+            # Text after the reasoning that opens with an unparsed `<tool_call>`: the model
+            # wrote `</think>` right before the tag, or the tag inside its reasoning and the
+            # server ended the reasoning there -- vLLM 0.32's engine on both paths, then
+            # dropping the `</think>` the model wrote later (docs/vllm-0.32.md 2.3); SGLang's
+            # stream, then dropping a `</tool_call>` (the qwen25 detector deletes it from
+            # normal text) -- at a place no field shows. The count cannot tell them apart.
             flags.append("reading_ambiguous")
         first = Reading(thinking=thinking, assembled=assembled, flags=[*assembled.flags, *flags])
         out = [first]
