@@ -26,7 +26,8 @@ from specregen.models.registry import (
     format_source_files,
     get_format,
 )
-from specregen.models.tokenizer import MINI_QWEN3_TOKENIZER_DIR, load_tokenizer
+from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR
+from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.store.token_samples import read_token_meta
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from specregen.models.kimi_k3.encoding import CLOSE, END_OF_MSG, OPEN, SEP, Segment
+from specregen.models.kimi_k3.family import MINI_K3_TOKENIZER_DIR
 from specregen.models.tokenizer import (
     KIMI_PAT_STR,
-    MINI_K3_TOKENIZER_DIR,
     MINI_TOKENIZER_DIR,
     Tokenizer,
     TokenizerError,

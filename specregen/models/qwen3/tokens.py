@@ -9,7 +9,7 @@ so they are matched inside any text (also model-written text) and survive
 
 from __future__ import annotations
 
-from specregen.models.tokenizer import MINI_QWEN3_TOKENIZER_DIR as MINI_QWEN3_TOKENIZER_DIR
+from specregen.models.qwen3.family import MINI_QWEN3_TOKENIZER_DIR as MINI_QWEN3_TOKENIZER_DIR
 from specregen.models.tokenizer import Tokenizer, TokenizerError
 
 IM_START = "<|im_start|>"
