@@ -146,6 +146,12 @@ def test_every_family_declares_what_its_format_says():
         assert all(re.fullmatch(r"[\w.-]+", p) for p in fam.emulator_profiles)
         server = registry.get_server(fam.name, fmt.tok)
         assert isinstance(server, IdServedSide | TextServedSide), fam.name
+        if fam.name in ("qwen3", "kimi-k3"):  # the folder is also named by its tokens.py
+            from specregen.models.kimi_k3.tokens import MINI_K3_TOKENIZER_DIR
+            from specregen.models.qwen3.tokens import MINI_QWEN3_TOKENIZER_DIR as qwen3_dir
+
+            folder = qwen3_dir if fam.name == "qwen3" else MINI_K3_TOKENIZER_DIR
+            assert fam.bundled_tokenizers[tok[fam.name]] == folder
         if fam.make_probe_rules is not None:
             assert registry.probe_rules(fam.name) is not None
 
