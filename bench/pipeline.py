@@ -355,7 +355,8 @@ def load_run(config_path: str):
 
 
 def run_library(config_path: str, sample_rss: bool) -> dict[str, Any]:
-    from specregen.pipeline.run import resolve_api_key, run_dataset
+    from specregen.pipeline.apikey import resolve_api_key
+    from specregen.pipeline.run import run_dataset
 
     probe = StageProbe(sample_rss)
     probe.install()

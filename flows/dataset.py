@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
@@ -14,9 +15,10 @@ from specregen.errors import OutputBusyError, PartialFailureError
 from specregen.pipeline.chain import ProbeStep, run_chain
 from specregen.pipeline.gating import GateVerdict
 from specregen.pipeline.layout import DatasetRun
-from specregen.pipeline.run import dataset_lease, summarize
+from specregen.pipeline.run import dataset_lease
+from specregen.pipeline.summary import end_summary, summary_markdown
+from specregen.pipeline.window import each_chunk
 from specregen.store.lease import DEFAULT_TTL
-from specregen.store.manifest import read_manifest
 from tasks.artifacts import amarkdown_artifact
 from tasks.check import check_before_paying_task
 from tasks.common import dataset_run
@@ -65,7 +67,8 @@ async def dataset_flow(config_path: str, dataset: str, lease_wait: float = 0.0) 
 class FlowSteps:
     """The chain's stages (specregen/pipeline/chain.py) as Prefect tasks: progress and report
     artifacts, batch inference without a worker, reconstruction spread over workers. A probe
-    refusal and a failed gate raise inside their tasks, so the flow run fails with them."""
+    refusal and a failed gate are their tasks' results, not errors: the chain ends with them,
+    and the flow publishes the run summary before it fails (`_dataset_chain`)."""
 
     def __init__(self, config_path: str, dataset: str) -> None:
         self.config_path = config_path
@@ -78,10 +81,9 @@ class FlowSteps:
         await check_before_paying_task(self.config_path, self.dataset)
 
     async def probe(self, run: DatasetRun) -> ProbeStep:
-        # Raises ProbeRefusal before paying. The run is read again: it now carries the
-        # endpoint's traits.
+        # The run is read again: it now carries the endpoint's traits.
         summary = await probe_stage_task(self.config_path, self.dataset)
-        return ProbeStep(dataset_run(self.config_path, self.dataset), summary)
+        return ProbeStep.of_summary(dataset_run(self.config_path, self.dataset), summary)
 
     async def prompts(self, run: DatasetRun) -> int:
         prompts = prepare_prompts_task(self.config_path, self.dataset)
@@ -99,21 +101,20 @@ class FlowSteps:
 
             return list(await infer_in_batches(config_path, dataset, chunks, infer_fp,
                                                progress))
-        window = asyncio.Semaphore(run.config.chunks_in_flight)
         finished = 0
 
         async def infer(k: int) -> dict:
+            return await infer_chunk_task(config_path, dataset, k, infer_fp)
+
+        async def answered(_k: int, _result: dict) -> None:
             nonlocal finished
-            async with window:
-                result = await infer_chunk_task(config_path, dataset, k, infer_fp)
             finished += 1
             # The numbers in the description too: the artifact's key page shows only that.
             await aupdate_progress_artifact(
                 progress, 100.0 * finished / max(1, chunks),
                 description=f"{dataset}: {finished} of {chunks} chunks answered")
-            return result
 
-        return list(await asyncio.gather(*(infer(k) for k in range(chunks))))
+        return await each_chunk(run.config, chunks, infer, answered)
 
     async def reconstruct(self, run: DatasetRun, chunks: int) -> None:
         # On this worker, or spread over others with `reconstruct_spread` (flows/chunks.py).
@@ -122,82 +123,28 @@ class FlowSteps:
         finish_reconstruction_task(self.config_path, self.dataset, list(shards))
 
     async def gate(self, run: DatasetRun) -> GateVerdict:
-        gate_task(self.config_path, self.dataset)  # raises when the dataset fails its gate
-        gated = read_manifest(run.store, run.name, "gate", run.gate_fp)
-        return GateVerdict.of(gated) if gated is not None else GateVerdict(False, ("no gate "
-                                                                                  "manifest",))
+        return GateVerdict.of_extra(gate_task(self.config_path, self.dataset))
 
     async def publish(self, run: DatasetRun) -> dict:
         return publish_task(self.config_path, self.dataset)
 
 
-async def _dataset_chain(config_path: str, dataset: str) -> dict:
+async def _dataset_chain(config_path: str, dataset: str) -> dict[str, Any]:
     logger = get_run_logger()
     started = time.monotonic()
     end = await run_chain(dataset_run(config_path, dataset), FlowSteps(config_path, dataset))
-    run = end.run
     if end.outcome == "skipped":
         done = end.published or {}
         logger.info("%s is already published (%s); skipping", dataset, done.get("fingerprint"))
         return {"dataset": dataset, "outcome": "skipped", **done}
-    summary = summarize(
-        run,
-        read_manifest(run.store, run.name, "prompts", run.prompts_fp),
-        list(end.inferred),
-        read_manifest(run.store, run.name, "reconstruct", run.reconstruct_fp),
-        read_manifest(run.store, run.name, "gate", run.gate_fp),
-        time.monotonic() - started,
-        probe=end.probe.summary if end.probe else None,
-    )
-    summary.update(outcome=end.outcome)
-    if end.outcome == "published":
-        summary.update(published=end.published)
+    summary = end_summary(end, time.monotonic() - started)
     await amarkdown_artifact(summary_markdown(summary),
                              key=artifact_key(dataset, "summary"),
                              description=f"Run summary of {dataset}")
+    failure = end.failure()
+    if failure is not None:
+        # Here, after the summary is published, not inside a task: the run ends Failed with
+        # the stage's reason, and its page still shows what the run did and cost.
+        logger.error("%s: %s", dataset, summary["outcome"])
+        raise failure
     return summary
-
-
-def summary_markdown(summary: dict) -> str:
-    gate = summary.get("gate", {})
-    rows = [
-        ("prompts", summary["prompts"]),
-        ("rows refused by the adapter", summary["rejected_rows"]),
-        ("prompts not sent (over the context, not JSON)", summary.get("rejected_requests", 0)),
-        ("requests sent", summary["requests_sent"]),
-        ("permanently failed", summary["failed_requests"]),
-        ("accepted", gate.get("accepted")),
-        ("quarantined", gate.get("quarantined")),
-        ("completion tokens", summary["completion_tokens"]),
-        ("cost (USD)", summary["cost_usd"]),
-        *([("projected total (USD)", summary["projected_total_usd"]),
-           ("same answers realtime (USD)", summary["realtime_equivalent_usd"]),
-           ("savings vs realtime (USD)", summary["savings_usd"])]
-          if "projected_total_usd" in summary else []),
-        *_conversation_rows(summary.get("conversations")),
-        ("endpoint probe", "{status}, {requests} requests".format(**summary["probe"])
-         if summary.get("probe") else "-"),
-        ("reference match", summary["reference_match"] or "-"),
-        ("wall time (s)", summary["wall_s"]),
-        ("published", summary.get("published", {}).get("path", "-")),
-        ("gate report", summary.get("gate_report", "-")),
-    ]
-    lines = [f"# {summary['dataset']}: {summary.get('outcome', '')}", "", "| | |", "|---|---|"]
-    lines += [f"| {name} | {value} |" for name, value in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _conversation_rows(conv: dict | None) -> list[tuple[str, object]]:
-    """A `turns: all` dataset: its conversations, how they stopped, how many user turns they
-    reached (one sample per user turn)."""
-    if not conv:
-        return []
-    count = f"{conv['count']}" + (f" ({conv['samples']} samples, one per user turn reached)"
-                                  if conv.get("samples") else "")
-    rows: list[tuple[str, object]] = [("conversations", count)]
-    rows += [(f"conversations by stop reason: `{reason}`", n)
-             for reason, n in conv.get("by_stop_reason", {}).items()]
-    if conv.get("user_turns"):
-        rows.append(("conversations by user turns reached", ", ".join(
-            f"{turns} turns: {n}" for turns, n in conv["user_turns"].items())))
-    return rows

@@ -10,6 +10,8 @@ A SIGKILLed parent runs no cleanup, so its children must notice on their own:
 - A Python worker process (a `ProcessPoolExecutor` worker) calls `exit_with_parent(pid)` as its
   initializer: a daemon thread polls the parent's pid and exits the worker when it changes. No
   signal, so a pool created from a short-lived thread is not killed by that thread's end.
+  `guarded_pool(n)` makes such a pool (the library runner's reconstruction, one per run) and
+  `kept_pool(n)` keeps one for a long-lived process (the Prefect task's).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import sys
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 PR_SET_PDEATHSIG = 1
 # Seconds between two looks at the parent: a dead parent's workers are gone within this.
@@ -57,6 +60,32 @@ def exit_with_parent(parent_pid: int, poll_s: float = POLL_S) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def guarded_pool(workers: int) -> ProcessPoolExecutor:
+    """A process pool whose workers exit when this process dies (SIGKILL included): a killed
+    run leaves no worker writing after it."""
+    return ProcessPoolExecutor(workers, initializer=exit_with_parent, initargs=(os.getpid(),))
+
+
+_KEPT: dict[tuple[int, int], ProcessPoolExecutor] = {}
+_KEPT_LOCK = threading.Lock()
+
+
+def kept_pool(workers: int) -> ProcessPoolExecutor:
+    """A `guarded_pool` kept for the process's life (a long-lived Prefect worker): its workers
+    keep what they loaded, a tokenizer, from one task to the next.
+
+    Workers see the environment of the moment they started, and storage credentials come from
+    it: when the environment changes, the next call starts fresh workers (only a hash of the
+    environment is kept, never its values)."""
+    key = (workers, hash(frozenset(os.environ.items())))
+    with _KEPT_LOCK:
+        if key not in _KEPT:
+            for old in [k for k in _KEPT if k[0] == workers]:
+                _KEPT.pop(old).shutdown(wait=False, cancel_futures=False)
+            _KEPT[key] = guarded_pool(workers)
+        return _KEPT[key]
 
 
 def _main(argv: list[str]) -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 from prefect import task
 from prefect.tasks import exponential_backoff
 
+from specregen.pipeline.apikey import load_api_key
 from specregen.pipeline.inference import infer_chunk
-from specregen.pipeline.run import chunk_concurrency, resolve_api_key
+from specregen.pipeline.window import chunk_concurrency
 from tasks.common import dataset_run
 from tasks.inference import InferenceStoppedError, _retry_unless_fatal
+from tasks.secrets import read_prefect_secret
 
 
 @task(
@@ -27,12 +29,7 @@ async def batch_chunk_task(config_path: str, dataset: str, chunk: int, fingerpri
     """Submit the chunk's missing requests as batches (at most once each), poll its open
     batches once and record the finished results; seconds, not the batch's day."""
     run = dataset_run(config_path, dataset)
-    secret = None
-    if run.config.api_key_secret:
-        from prefect.blocks.system import Secret
-
-        secret = (await Secret.aload(run.config.api_key_secret)).get()
-    key = resolve_api_key(run.config, secret)
+    key = await load_api_key(run.config, read_prefect_secret)
     result = await infer_chunk(run, chunk, api_key=key, wait=False,
                                concurrency=chunk_concurrency(run.config))
     if result.get("stopped_reason"):

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from prefect import task
 
-from specregen.errors import AuthError
+from specregen.pipeline.apikey import load_api_key
 from specregen.pipeline.run import check_before_paying
 from tasks.common import dataset_run
+from tasks.secrets import read_prefect_secret
 
 
 @task(name="check-before-paying", retries=0)
@@ -12,16 +13,6 @@ async def check_before_paying_task(config_path: str, dataset: str) -> None:
     """The source is readable and the API key present, before the first paid request. Never
     retried: a missing source or key is the same on the next attempt."""
     run = dataset_run(config_path, dataset)
-    found = False
-    if run.config.api_key_secret:
-        from prefect.blocks.system import Secret
-
-        try:
-            found = bool((await Secret.aload(run.config.api_key_secret)).get())
-        except ValueError:  # no such block
-            raise AuthError(
-                f"{dataset}: the Prefect Secret {run.config.api_key_secret!r} does not exist",
-                hint="create it (infra/deploy.sh with the key in OPENROUTER_API_KEY) or remove"
-                " api_key_secret from the config",
-            ) from None
-    check_before_paying(run, api_key_found=found)
+    # Not required here: a missing key is reported by check_before_paying, after the source.
+    key = await load_api_key(run.config, read_prefect_secret, required=False)
+    check_before_paying(run, api_key_found=key is not None)

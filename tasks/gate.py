@@ -4,9 +4,8 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
 from specregen.pipeline.gating import STAGE as GATE
-from specregen.pipeline.gating import GateVerdict, gate_dataset, read_report
-from specregen.pipeline.publish import GateFailedError
-from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
+from specregen.pipeline.gating import read_report
+from specregen.pipeline.steps import gate_step, reconstructed_manifest
 from specregen.progress import LogLines, Progress, ProgressState, format_line, publish
 from specregen.store.manifest import read_manifest
 from tasks.artifacts import link_artifact, markdown_artifact, table_artifact
@@ -20,11 +19,11 @@ def artifact_key(dataset: str, what: str) -> str:
 
 @task(name="tool-call-gate", retries=0)
 def gate_task(config_path: str, dataset: str) -> dict:
-    """The mandatory gate; its report becomes artifacts; a failing dataset fails here."""
+    """The mandatory gate; its report becomes artifacts. Returns the verdict (`passed`,
+    `why`) and counts: a failing dataset is the chain's outcome, and the flow fails after its
+    run summary (pipeline/chain.py), not here."""
     run = dataset_run(config_path, dataset)
-    reconstructed = read_manifest(run.store, run.name, RECONSTRUCT, run.reconstruct_fp)
-    if reconstructed is None:
-        raise RuntimeError(f"{dataset}: reconstruction has no manifest; it did not finish")
+    reconstructed = reconstructed_manifest(run)
     progress = Progress(f"gate {dataset}", total=sum(s.rows for s in reconstructed.shards),
                         interval=2.0, names=("accepted", "quarantined"))
     if read_manifest(run.store, run.name, GATE, run.gate_fp) is None:  # else nothing to watch
@@ -32,7 +31,7 @@ def gate_task(config_path: str, dataset: str) -> dict:
         progress.subscribe(LogLines(get_run_logger().info, every=30.0))
         progress.subscribe(ProgressArtifact(artifact_key(dataset, "gate-progress"),
                                             f"Tool-call gate of {dataset}"))
-    gated = gate_dataset(run, reconstructed, progress)
+    gated = gate_step(run, progress)
     progress.close()
     report, markdown = read_report(run)
     markdown_artifact(markdown, key=artifact_key(dataset, "gate-report"),
@@ -43,10 +42,7 @@ def gate_task(config_path: str, dataset: str) -> dict:
         description=f"Quarantined samples by gate check, {dataset}: {report['verdict']}",
     )
     _report_artifacts(run, dataset, report)
-    verdict = GateVerdict.of(gated)
-    if not verdict.passed:
-        raise GateFailedError(f"{dataset}: gate failed: " + "; ".join(verdict.why))
-    return {"verdict": "pass", **gated.counts}
+    return gated
 
 
 def _report_artifacts(run, dataset: str, report: dict) -> None:

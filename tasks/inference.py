@@ -4,9 +4,9 @@ from prefect import task
 from prefect.tasks import exponential_backoff
 
 from specregen.client.engine import FatalAPIError
-from specregen.errors import BudgetError
-from specregen.pipeline.inference import chunk_inferred, infer_chunk
-from specregen.pipeline.run import chunk_concurrency, resolve_api_key
+from specregen.pipeline.apikey import load_api_key
+from specregen.pipeline.inference import InferenceStoppedError, chunk_inferred, infer_chunk
+from specregen.pipeline.window import chunk_concurrency
 from specregen.progress import Progress, engine_observer, publish
 from tasks.common import (
     ProgressArtifacts,
@@ -17,10 +17,7 @@ from tasks.common import (
 )
 from tasks.gate import artifact_key
 from tasks.limits import shared_limiter
-
-
-class InferenceStoppedError(BudgetError, RuntimeError):
-    """The chunk stopped before every sample had a result (budget); a rerun resumes it."""
+from tasks.secrets import read_prefect_secret
 
 
 def _retry_unless_fatal(task, task_run, state) -> bool:
@@ -50,12 +47,7 @@ async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerpri
     done = chunk_inferred(run, chunk)
     if done is not None:  # nothing to ask, nothing to watch
         return done
-    secret = None
-    if run.config.api_key_secret:
-        from prefect.blocks.system import Secret
-
-        secret = (await Secret.aload(run.config.api_key_secret)).get()
-    key = resolve_api_key(run.config, secret)
+    key = await load_api_key(run.config, read_prefect_secret)
     # The key's limits shared with every worker (config `shared_limit`), else None.
     limiter = await shared_limiter(run.config)
     # Live numbers: `specregen run`'s board (publish) and a progress artifact in the UI.

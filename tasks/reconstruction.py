@@ -1,33 +1,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 
 from prefect import task
 
 from specregen.pipeline.reconstruction import finish_reconstruction, reconstruct_chunk
-from specregen.procs import exit_with_parent
+from specregen.procs import kept_pool
 from specregen.store.manifest import Shard
 from tasks.common import dataset_run, stage_key
-
-_POOLS: dict[tuple[int, int], ProcessPoolExecutor] = {}
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    # Tokenization is CPU work: it runs in worker processes, which keep their tokenizer loaded
-    # from one chunk to the next. Workers see the environment of the moment they started, and
-    # storage credentials come from it: when it changes, start fresh workers.
-    key = (workers, hash(frozenset(os.environ.items())))
-    if key not in _POOLS:
-        for old in list(_POOLS):
-            if old[0] == workers:
-                _POOLS.pop(old).shutdown(wait=False, cancel_futures=False)
-        # Workers exit when this process dies (SIGKILL included): no shard is written after.
-        _POOLS[key] = ProcessPoolExecutor(workers, initializer=exit_with_parent,
-                                          initargs=(os.getpid(),))
-    return _POOLS[key]
 
 
 @task(name="reconstruct-chunk", retries=1, cache_key_fn=stage_key("reconstruct"),
@@ -37,8 +18,10 @@ async def reconstruct_chunk_task(
 ) -> dict:
     run = dataset_run(config_path, dataset)
     loop = asyncio.get_running_loop()
+    # Tokenization is CPU work: in worker processes kept from one chunk to the next (their
+    # tokenizer stays loaded), which exit if this process dies.
     shard, counts = await loop.run_in_executor(
-        _pool(run.config.reconstruct_workers), reconstruct_chunk, run, chunk
+        kept_pool(run.config.reconstruct_workers), reconstruct_chunk, run, chunk
     )
     return {"shard": asdict(shard), "counts": counts}
 

@@ -3,7 +3,8 @@
 One module a command (or a pair: run.py has demo and run, deploy.py deploy and retry), each
 registered below in the order `specregen --help` lists them. Commands parse options and print;
 the work is the library's. No library module imports this package; it alone may import the
-Prefect side (`flows`, `deployments`), inside the commands that run it.
+Prefect side (`flows`, `deployments`), inside the commands that run it, after checkout.py has
+found the project checkout they live in (they are not in the wheel).
 """
 
 from __future__ import annotations

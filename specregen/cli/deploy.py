@@ -26,11 +26,14 @@ def deploy(
     127.0.0.1:4200 as infra/env.sh): dataset/<NAME> per dataset, pipeline/nightly (03:00 UTC),
     probe/probe, batch-poll/batch-poll, reconstruct-chunks/spread. Run it again after editing
     the config: new datasets are deployed, removed ones reported (--prune deletes them)."""
-    from deployments.deploy import deploy as deploy_config
-    from deployments.deploy import report_lines
+    from specregen.cli.checkout import prefect_side
     from specregen.errors import user_errors
 
     with user_errors():
+        prefect_side("deploy")  # the checkout's deployments, or one line saying where
+        from deployments.deploy import deploy as deploy_config
+        from deployments.deploy import report_lines
+
         report = deploy_config(config, prune=prune, wait_s=wait_server, log=console.print)
     for line in report_lines(report, config):
         console.print(line, highlight=False)
@@ -42,8 +45,11 @@ def retry(
 ) -> None:
     """Re-run the newest failed run of dataset/DATASET in place, as the UI's Retry button: the
     same flow run, skipping every finished chunk (a worker must be running)."""
-    from deployments.deploy import retry_dataset
+    from specregen.cli.checkout import prefect_side
     from specregen.errors import user_errors
 
     with user_errors():
+        prefect_side("retry")
+        from deployments.deploy import retry_dataset
+
         retry_dataset(dataset, watch=watch, log=console.print)

@@ -30,10 +30,13 @@ def demo(
     ] = 4200,
 ) -> None:
     """The whole pipeline on the bundled samples, against the built-in emulator, under Prefect."""
+    _pipeline_command("demo", lambda: _demo(out, keep_server, port))
+
+
+def _demo(out: Path, keep_server: bool, port: int) -> list[dict]:
     from flows.demo import run_demo
 
-    _pipeline_command(lambda: run_demo(out, keep_server=keep_server, port=port,
-                                       log=console.print))
+    return run_demo(out, keep_server=keep_server, port=port, log=console.print)
 
 
 def run(
@@ -52,19 +55,25 @@ def run(
     (their gate, or causes of different kinds); 7 another run holds a dataset. When every failed
     dataset failed for one kind of cause, that cause's code; the last line names each cause.
     """
-    from flows.command import run_pipeline
     from specregen.progress import watching_stages
 
+    def body() -> list[dict]:
+        from flows.command import run_pipeline
+
+        return run_pipeline(config, dataset or None, wait=wait, log=console.print)
+
     with watching_stages(console):  # live progress of the stages that report it
-        _pipeline_command(lambda: run_pipeline(config, dataset or None, wait=wait,
-                                               log=console.print))
+        _pipeline_command("run", body)
 
 
-def _pipeline_command(body) -> None:
-    from flows.pipeline import DatasetsFailedError
+def _pipeline_command(command: str, body) -> None:
+    from specregen.cli.checkout import prefect_side
     from specregen.errors import fail, user_errors
 
     with user_errors():
+        prefect_side(command)  # the checkout's flows, or one line saying where to run from
+        from flows.pipeline import DatasetsFailedError
+
         try:
             results = body()
         except DatasetsFailedError as exc:

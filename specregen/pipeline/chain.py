@@ -6,6 +6,13 @@ the stages as a `DatasetSteps`; `run_chain` decides what runs next: skip a publi
 check before paying, the endpoint probe (a refusal ends the run before any paid request), the
 prompts, inference (realtime or batch, the steps' choice), reconstruction, the gate (a failed
 gate ends the run unpublished) and publish.
+
+One failure protocol: a step RETURNS its outcome (a probe's refusal, the gate's verdict); it
+raises only for what stops it from having one (a missing source or key, storage, a bug). So a
+refused or gate-failed dataset reaches the end of the chain under both runners, and gets its
+run summary (pipeline/summary.py) before anything fails: the library returns the outcome, the
+flow publishes the summary artifact and then raises `ChainEnd.failure()` so its run ends
+Failed.
 """
 
 from __future__ import annotations
@@ -13,8 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from specregen.errors import SpecregenError
 from specregen.pipeline.gating import GateVerdict
+from specregen.pipeline.inference import InferenceStoppedError
 from specregen.pipeline.layout import DatasetRun
+from specregen.pipeline.publish import GateFailedError
+from specregen.probe.refusal import ProbeRefusal
 
 STAGES = ("skip_if_published", "check_before_paying", "probe", "prompts", "inference",
           "reconstruct", "gate", "publish")
@@ -31,6 +42,11 @@ class ProbeStep:
     summary: dict[str, Any] | None
     refusal: str | None = None
     cost_usd: float = 0.0
+
+    @classmethod
+    def of_summary(cls, run: DatasetRun, summary: dict[str, Any]) -> ProbeStep:
+        """From the probe outcome's `summary()` (what a Prefect task returns: JSON-able)."""
+        return cls(run, summary, summary.get("refusal"), float(summary.get("cost_usd") or 0.0))
 
 
 class DatasetSteps(Protocol):
@@ -65,6 +81,24 @@ class ChainEnd:
     probe: ProbeStep | None = None
     inferred: list[dict[str, Any]] = field(default_factory=list)
     verdict: GateVerdict | None = None
+
+    def failure(self) -> SpecregenError | GateFailedError | None:
+        """The error this end is, for a runner whose run must fail with it (the flow, after
+        its summary is published); None when the run succeeded (published, skipped)."""
+        if self.outcome == "refused":
+            assert self.probe is not None and self.probe.refusal is not None
+            return ProbeRefusal(self.probe.refusal)
+        if self.outcome == "gate_failed":
+            why = self.verdict.why if self.verdict is not None else ()
+            return GateFailedError(f"{self.run.name}: gate failed: " + "; ".join(why))
+        if self.outcome == "stopped":
+            stops = sorted({str(r["stopped_reason"]) for r in self.inferred
+                            if r.get("stopped_reason")})
+            left = sum(int(r.get("abandoned") or 0) for r in self.inferred)
+            return InferenceStoppedError(
+                f"{self.run.name}: inference stopped ({', '.join(stops)}) with {left} samples"
+                " left; run again to resume")
+        return None
 
 
 async def run_chain(run: DatasetRun, steps: DatasetSteps) -> ChainEnd:

@@ -54,8 +54,8 @@ async def estimate_config(
     config_path: str, pilot: int, only: list[str] | None = None
 ) -> list[DatasetEstimate]:
     from specregen.config import load_config
+    from specregen.pipeline.apikey import resolve_api_key
     from specregen.pipeline.layout import DatasetRun
-    from specregen.pipeline.run import resolve_api_key
 
     config = load_config(config_path)
     names = only or [d.name for d in config.datasets]

@@ -119,7 +119,11 @@ class GateVerdict:
 
     @classmethod
     def of(cls, manifest: StageManifest) -> GateVerdict:
-        extra = manifest.extra
+        return cls.of_extra(manifest.extra)
+
+    @classmethod
+    def of_extra(cls, extra: dict[str, Any]) -> GateVerdict:
+        """From `to_extra()`'s fields (the manifest's, or what the gate task returns)."""
         return cls(extra.get("passed") is True, tuple(extra.get("why") or ()))
 
 

@@ -14,6 +14,7 @@ from specregen.client.engine import InferenceSummary, ProgressSnapshot, run_infe
 from specregen.client.limits import RequestLimiter
 from specregen.client.preflight import ContextCheck, model_max_length
 from specregen.client.secrets import ApiKey
+from specregen.errors import BudgetError
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.probing import logprobs_wanted
 from specregen.pipeline.prompts import read_chunk
@@ -21,6 +22,10 @@ from specregen.pipeline.reconstruction import run_format
 from specregen.store.rawlog import RawLog, RollSettings, commit_rolls
 
 STAGE = "infer"
+
+
+class InferenceStoppedError(BudgetError, RuntimeError):
+    """A chunk stopped before every sample had a result (budget); a rerun resumes it."""
 
 
 def infer_parts(run: DatasetRun, chunk: int) -> tuple[str, ...]:

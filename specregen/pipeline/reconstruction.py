@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from functools import lru_cache
 
 from specregen.client.request import build_request, request_fingerprint
@@ -29,6 +28,7 @@ from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.pipeline.prompts import read_chunk
+from specregen.procs import guarded_pool
 from specregen.reconstruct import reconstruct_records
 from specregen.records import Prompt, TokenSample
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
@@ -163,7 +163,8 @@ def finish_reconstruction(
 
 
 def reconstruct_dataset(run: DatasetRun, chunks: int) -> StageManifest:
-    """Every chunk in worker processes, then the stage manifest (the library path)."""
+    """Every chunk in worker processes (guarded as the flow's: they die with this process),
+    then the stage manifest (the library path)."""
     done = read_manifest(run.store, run.name, STAGE, run.reconstruct_fp)
     if done is not None:
         return done
@@ -171,6 +172,6 @@ def reconstruct_dataset(run: DatasetRun, chunks: int) -> StageManifest:
     if workers == 1:
         results = [reconstruct_chunk(run, k) for k in range(chunks)]
     else:
-        with ProcessPoolExecutor(workers) as pool:
+        with guarded_pool(workers) as pool:
             results = list(pool.map(reconstruct_chunk, [run] * chunks, range(chunks)))
     return finish_reconstruction(run, results)

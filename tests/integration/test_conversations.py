@@ -372,7 +372,7 @@ def test_the_pipeline_checks_the_context_like_infer(tmp_path, tok):
     from specregen.pipeline.inference import infer_chunk
     from specregen.pipeline.layout import DatasetRun
     from specregen.pipeline.prompts import prepare_prompts
-    from specregen.pipeline.run import summarize
+    from specregen.pipeline.summary import summarize
 
     src = write_conversations(tmp_path / "conversations.jsonl", n_parallel=0, n_glaive=40)
     config_emu = EmulatorConfig(seed=4, conversations=str(src), divergence_rate=0.1,

@@ -10,10 +10,10 @@ import pyarrow.dataset as pads
 import pytest
 import yaml
 
-from flows.dataset import summary_markdown
 from flows.pipeline import DatasetsFailedError, pipeline_flow
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
+from specregen.pipeline.summary import summary_markdown
 from specregen.progress import subscribed
 from specregen.store.fs import Store
 from specregen.store.manifest import read_manifest

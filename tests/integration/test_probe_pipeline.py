@@ -88,6 +88,25 @@ def test_library_refuses_a_stripped_endpoint_having_paid_only_for_the_probe(tmp_
     assert (again.outcome, again.summary["probe"]["status"], sent) == ("refused", "stored", 0)
 
 
+def run_artifact(state, key: str):
+    """The artifact `key` of the flow run that ended in `state` (None when it wrote none)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
+
+    async def read():
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=[key]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+            return found[0] if found else None
+
+    return asyncio.run(read())
+
+
 def test_prefect_refuses_a_stripped_endpoint_before_paying(prefect_server, tmp_path, stripped):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -117,6 +136,36 @@ def test_prefect_refuses_a_stripped_endpoint_before_paying(prefect_server, tmp_p
     text = artifacts[0].data
     assert "Refused before paying" in text
     assert f"| requests sent by this probe | {sent} |" in text
+    # The refusal is the chain's outcome, not a task's crash: the run summary is published
+    # (the same artifact a published run gets), then the flow run fails.
+    summary = run_artifact(state, "b1-glaive-summary")
+    assert summary is not None, "a refused run still publishes its summary"
+    assert summary.data.startswith("# B1_glaive: refused")
+    assert "refusing to start" in summary.data
+    assert f"| endpoint probe | probed, {sent} requests |" in summary.data
+
+
+def test_prefect_fails_a_gate_after_publishing_the_run_summary(prefect_server, tmp_path,
+                                                               stripped):
+    """Probe off, so the stripped provider's calls are paid for and the gate fails them: the
+    flow run ends Failed with the gate's reason, and its summary artifact is there first."""
+    from flows.dataset import dataset_flow
+
+    config = write_config(tmp_path, stripped, names=("B1_glaive",), probe="off")
+    state, sent = requests_during(stripped, lambda: asyncio.run(
+        dataset_flow(str(config), "B1_glaive", return_state=True)))
+    assert state.is_failed()
+    assert "gate failed" in (state.message or "")
+    assert sent == LIMIT
+    run = dataset_run(config, "B1_glaive")
+    assert not run.store.exists("B1_glaive", "published", "LATEST.json")
+    summary = run_artifact(state, "b1-glaive-summary")
+    assert summary is not None, "a failed gate still publishes the run summary"
+    assert summary.data.startswith("# B1_glaive: gate_failed")
+    assert f"| requests sent | {LIMIT} |" in summary.data
+    assert "| gate report | " in summary.data and "report.md" in summary.data
+    # The gate's own report is out too, as before.
+    assert run_artifact(state, "b1-glaive-gate-report") is not None
 
 
 def test_a_changed_endpoint_is_probed_again(tmp_path, good):

@@ -1,6 +1,7 @@
 """The wheel, installed as a user installs it (not editable): built from this checkout, it holds
-every file the package reads at run time, and an installed copy renders K2.5 and Qwen3 prompts
-through the bundled tokenizers and chat templates and runs the CLI.
+every file the package reads at run time and only `specregen` (the Prefect side runs from the
+checkout), and an installed copy renders K2.5 and Qwen3 prompts through the bundled tokenizers
+and chat templates and runs the CLI; its Prefect commands find a checkout or say to run there.
 
 The wheel is built offline from the project's environment (`--no-build-isolation`: its
 setuptools, from the dev extra) and installed with `--no-deps` into a fresh venv of the same
@@ -29,9 +30,14 @@ from tests.support import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# The top-level packages the wheel installs (pyproject.toml says why the Prefect layer's three
-# keep their names): anything else would land in site-packages beside other distributions.
-TOP_LEVEL = {"specregen", "flows", "tasks", "deployments"}
+# The one top-level package the wheel installs: the Prefect layer's generic `flows`, `tasks`
+# and `deployments` stay in the checkout (pyproject.toml says why), though the source tree the
+# wheel is built from holds them.
+TOP_LEVEL = {"specregen"}
+PREFECT_SIDE = ("flows", "tasks", "deployments")
+# The commands that run the Prefect side, with arguments that would get past option parsing.
+PREFECT_COMMANDS = (["run", "--config", "pipeline.yaml"], ["demo"],
+                    ["deploy", "--config", "pipeline.yaml"], ["retry", "B1_glaive"])
 
 
 def _package_data() -> set[str]:
@@ -45,17 +51,24 @@ def _package_data() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel built from a copy of the checkout's sources: setuptools writes build/ and
-    *.egg-info beside pyproject.toml and reads them back in later builds (a stale SOURCES.txt
-    or build/lib would hide a file that package-data no longer names), so the build starts
-    clean, as from a fresh clone, and leaves nothing in the checkout."""
+def source(tmp_path_factory) -> Path:
+    """A copy of the checkout's sources, as a fresh clone holds them (the Prefect side too)."""
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    for name in ("specregen", "flows", "tasks", "deployments"):
+    for name in ("specregen", *PREFECT_SIDE):
         shutil.copytree(REPO / name, src / name,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
+
+
+@pytest.fixture(scope="module")
+def wheel(source, tmp_path_factory) -> Path:
+    """The wheel built from the copy: setuptools writes build/ and *.egg-info beside
+    pyproject.toml and reads them back in later builds (a stale SOURCES.txt or build/lib would
+    hide a file that package-data no longer names), so the build starts clean, as from a fresh
+    clone, and leaves nothing in the checkout."""
+    src = source
     out = tmp_path_factory.mktemp("wheel")
     done = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -111,13 +124,13 @@ def test_wheel_holds_the_package_data_and_only_the_project_packages(wheel):
             "specregen/models/kimi_k3/hf_tokenizer.py",
             "specregen/models/kimi_k3/encoding.py"} <= names
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
-    assert top == TOP_LEVEL
+    assert top == TOP_LEVEL, f"not only specregen at the top: {sorted(top - TOP_LEVEL)}"
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
 
 
 CHECK = r"""
-import json, sys
-import specregen, flows, deployments.deploy
+import importlib.util, json, sys
+import specregen
 from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
 from specregen.models.kimi_k25 import serverside
@@ -131,8 +144,8 @@ k25_jinja = serverside.encode_prompt("vllm", {"messages": messages}, k25.tok, Tr
 qwen3 = get_format("qwen3", load_tokenizer("mini-qwen3"))
 qwen3_text = render.render_with_template(render.template_text(), messages)
 print(json.dumps({
-    "specregen": specregen.__file__, "flows": flows.__file__,
-    "deployments": deployments.deploy.__file__,
+    "specregen": specregen.__file__,
+    "prefect_side": [n for n in ("flows", "tasks", "deployments") if importlib.util.find_spec(n)],
     "k25_ids": k25.encode_prompt(messages), "k25_jinja_ids": k25_jinja,
     "k25_text": k25.tok.decode(k25_jinja),
     "qwen3_ids": qwen3.encode_prompt(messages),
@@ -146,19 +159,48 @@ def test_installed_copy_renders_prompts_with_bundled_files(installed, tmp_path):
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     env_dir = installed.parent.parent
-    for module in ("specregen", "flows", "deployments"):
-        assert Path(out[module]).is_relative_to(env_dir), (module, out[module])
-        assert not Path(out[module]).is_relative_to(REPO), (module, out[module])
+    assert Path(out["specregen"]).is_relative_to(env_dir), out["specregen"]
+    assert not Path(out["specregen"]).is_relative_to(REPO), out["specregen"]
+    assert out["prefect_side"] == [], "the Prefect side must not be installed"
     assert out["k25_ids"] and out["k25_ids"] == out["k25_jinja_ids"]
     assert "What is 2 + 2?" in out["k25_text"]
     assert out["qwen3_ids"] and out["qwen3_ids"] == out["qwen3_jinja_ids"]
     assert out["qwen3_text"].startswith("<|im_start|>system\nYou are terse.")
 
 
+def _specregen(installed: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME", "SPECREGEN_ROOT", "PREFECT_API_URL")}
+    return subprocess.run([str(installed.parent / "specregen"), *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=300)
+
+
 def test_installed_cli_runs(installed, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     for args in (["--help"], ["run", "--help"], ["deploy", "--help"]):
-        done = subprocess.run([str(installed.parent / "specregen"), *args], capture_output=True,
-                              text=True, cwd=tmp_path, env=env, timeout=300)
+        done = _specregen(installed, args, tmp_path)
         assert done.returncode == 0, f"specregen {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
         assert "Usage" in done.stdout
+
+
+def test_installed_prefect_commands_outside_a_checkout_say_where_to_run(installed, tmp_path):
+    """No checkout anywhere: at once, one line, exit 2 (usage: docs/exit-codes.md), saying the
+    command runs from the project checkout and how; no traceback, nothing started."""
+    (tmp_path / "pipeline.yaml").write_text("storage: out\n")
+    for args in PREFECT_COMMANDS:
+        done = _specregen(installed, args, tmp_path)
+        said = f"specregen {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 2, said
+        assert f"`specregen {args[0]}` runs the project's Prefect flows" in done.stderr, said
+        assert "project checkout" in done.stderr and "cd into" in done.stderr, said
+        assert "Traceback" not in done.stderr, said
+    assert not (tmp_path / "out").exists()
+
+
+def test_installed_prefect_commands_find_the_checkout_they_run_in(installed, source):
+    """A console script has no working directory on sys.path: run from a checkout (or a folder
+    inside one), the command still finds its flows -- here it gets as far as the config."""
+    for cwd in (source, source / "flows"):
+        done = _specregen(installed, ["run", "--config", str(source / "missing.yaml")], cwd)
+        said = f"from {cwd}:\n{done.stdout}\n{done.stderr}"
+        assert done.returncode == 2, said
+        assert "missing.yaml" in done.stderr and "project checkout" not in done.stderr, said

@@ -39,7 +39,7 @@ def test_emulator_cli_sets_the_batch_knobs(monkeypatch):
 
 
 def _summary(inferred, probe=None):
-    from specregen.pipeline.run import summarize
+    from specregen.pipeline.summary import summarize
 
     run = SimpleNamespace(name="B1", store=SimpleNamespace(url_of=lambda *parts: "/".join(parts)))
     prompts = StageManifest("B1", "prompts", "fp", counts={"prompts": 30})
@@ -64,7 +64,7 @@ def test_pipeline_summary_counts_every_batch_pass_and_shows_savings():
     with_probe = _summary(chunks, probe={"status": "probed", "requests": 3, "cost_usd": 0.1})
     assert with_probe["cost_usd"] == 3.35 and with_probe["projected_total_usd"] == 4.35
 
-    from flows.dataset import summary_markdown
+    from specregen.pipeline.summary import summary_markdown
 
     text = summary_markdown({**summary, "gate": {}, "reference_match": {}})
     assert "| cost (USD) | 3.25 |" in text
@@ -77,7 +77,7 @@ def test_pipeline_summary_in_realtime_mode_is_unchanged():
     assert summary["cost_usd"] == 0.75
     assert "projected_total_usd" not in summary and "savings_usd" not in summary
 
-    from flows.dataset import summary_markdown
+    from specregen.pipeline.summary import summary_markdown
 
     assert "projected" not in summary_markdown({**summary, "gate": {}, "reference_match": {}})
 

@@ -47,5 +47,5 @@ def test_files_left_out_are_never_imported_by_reconstruction():
 
 def test_kimi_fingerprint_keeps_the_readings_and_the_template():
     names = {p.name for p in format_source_files("kimi-k2.5")}
-    assert {"format.py", "readings.py", "checks.py", "chat_template.jinja"} <= names
+    assert {"common.py", "format.py", "readings.py", "checks.py", "chat_template.jinja"} <= names
     assert not names & {"served.py", "servers.py", "serverside.py"}

@@ -67,7 +67,8 @@ def test_registry_entry() -> None:
     assert fmt.describe() == {"name": "kimi-k3", "encoder_revision": "r3"}
     assert registry.get_format("kimi-k3", TOK, revision="r2").describe()["encoder_revision"] == "r2"
     names = {p.name for p in registry.format_source_files("kimi-k3")}
-    assert {"format.py", "readings.py", "servers.py", "encoding.py", "tokens.py"} <= names
+    assert {"completion.py", "format.py", "readings.py", "servers.py", "encoding.py",
+            "tokens.py"} <= names
     assert not names & {"served.py", "corpus.py", "realvllm.py", "hf_tokenizer.py"}
 
 

@@ -16,16 +16,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT_SIDE = ("flows", "tasks", "deployments")
 
-# Cycles inside one chat format's package, left for now: its format module imports its readings
-# (and K2.5's checks) last, and they import the format's names. Breaking them means editing
-# those files, whose bytes are the reconstruct fingerprint (pipeline/layout.py): every dataset
-# of the format would reconstruct again. Nothing else may join or extend them.
-KNOWN_CYCLES = {
-    frozenset({"specregen.models.kimi_k25.format", "specregen.models.kimi_k25.checks",
-               "specregen.models.kimi_k25.readings"}),
-    frozenset({"specregen.models.kimi_k3.format", "specregen.models.kimi_k3.readings"}),
-}
-
 # What the models (chat formats) may not import: every stage above them and the top floor.
 ABOVE_MODELS = ("client", "pipeline", "emulator", "realserver", "cli", "reconstruct",
                 "conversation", "gate", "export", "inspect", "report", "probe", "sources",
@@ -110,17 +100,9 @@ def specregen_modules() -> set[str]:
 
 
 def test_no_import_cycle_among_modules():
-    groups = [g for g in strongly_connected(specregen_modules())
-              if frozenset(g) not in KNOWN_CYCLES]
+    groups = strongly_connected(specregen_modules())
     message = "\n".join(f"import cycle:\n  {chain_text(cycle_through(g))}" for g in groups)
     assert not groups, message
-
-
-def test_the_known_cycles_are_still_there_to_be_listed():
-    # When one is broken, take it off KNOWN_CYCLES so that it cannot come back.
-    found = {frozenset(g) for g in strongly_connected(specregen_modules())}
-    missing = KNOWN_CYCLES - found
-    assert not missing, sorted(map(sorted, missing))
 
 
 def test_no_library_module_imports_the_command_line_or_the_prefect_side():

@@ -22,9 +22,10 @@ from specregen.errors import (
     OutputBusyError,
     UsageError,
 )
+from specregen.pipeline.apikey import MissingKeyError
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.publish import GateFailedError
-from specregen.pipeline.run import MissingKeyError, check_before_paying, run_dataset
+from specregen.pipeline.run import check_before_paying, run_dataset
 from tests.support import REPO
 
 
@@ -59,6 +60,43 @@ def test_a_missing_key_for_a_remote_endpoint_fails_before_paying(tmp_path, monke
     assert isinstance(info.value, AuthError) and info.value.exit_code == EXIT_AUTH
     assert "H5_TEST_KEY_THAT_IS_NOT_SET" in str(info.value)
     check_before_paying(run, api_key_found=True)  # a key from a Prefect Secret is enough
+
+
+def test_the_key_comes_from_the_secret_else_the_environment_and_is_never_shown(tmp_path,
+                                                                              monkeypatch):
+    """load_api_key, the one loader every stage calls: the config's Secret (read by the
+    runner's reader), else the variable; a missing Secret or key names where, never a value."""
+    from specregen.pipeline.apikey import MissingSecretError, load_api_key
+
+    secret = "sk-or-v1-" + "5f3a9c1e7b2d4f6a8c0e1b3d5f7a9c1e"
+    remote = make_run(tmp_path, base_url="https://openrouter.example/api/v1").config
+    named = remote.model_copy(update={"api_key_secret": "openrouter-api-key"})
+    asked: list[str] = []
+
+    async def store(name: str) -> str | None:
+        asked.append(name)
+        return {"openrouter-api-key": secret}.get(name)
+
+    async def empty(name: str) -> str | None:
+        return None
+
+    key = asyncio.run(load_api_key(named, store))
+    assert asked == ["openrouter-api-key"] and key is not None and key.reveal() == secret
+    assert secret not in f"{key} {key!r}"
+    monkeypatch.setenv("H5_TEST_KEY_THAT_IS_NOT_SET", "from-the-environment")
+    assert asyncio.run(load_api_key(remote, store)).reveal() == "from-the-environment"
+    assert asyncio.run(load_api_key(named)).reveal() == "from-the-environment"  # no reader
+    with pytest.raises(MissingSecretError) as missing:
+        asyncio.run(load_api_key(named, empty))  # the config asked for that Secret
+    assert "openrouter-api-key" in missing.value.one_line()
+    assert missing.value.exit_code == EXIT_AUTH
+    monkeypatch.delenv("H5_TEST_KEY_THAT_IS_NOT_SET")
+    with pytest.raises(MissingKeyError) as none:
+        asyncio.run(load_api_key(remote, store))
+    assert "H5_TEST_KEY_THAT_IS_NOT_SET" in str(none.value)
+    assert asyncio.run(load_api_key(remote, store, required=False)) is None
+    loopback = make_run(tmp_path).config  # the emulator needs no key
+    assert asyncio.run(load_api_key(loopback, store)) is None
 
 
 def test_a_second_run_of_one_dataset_stops_naming_the_first_and_pays_nothing(tmp_path):

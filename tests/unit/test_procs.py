@@ -41,15 +41,16 @@ def start_parent(code: str) -> tuple[subprocess.Popen, list[int]]:
 
 
 def test_pool_workers_exit_when_their_parent_is_killed():
+    # The pool both runners reconstruct in: the library's per run, the Prefect task's kept.
     parent, workers = start_parent("""
         import os, time
-        from concurrent.futures import ProcessPoolExecutor
-        from specregen.procs import exit_with_parent
-        pool = ProcessPoolExecutor(2, initializer=exit_with_parent, initargs=(os.getpid(),))
-        futures = [pool.submit(time.sleep, 0.2) for _ in range(2)]  # both workers start
-        for future in futures:
-            future.result()
-        print(*pool._processes, flush=True)
+        from specregen.procs import guarded_pool, kept_pool
+        library = guarded_pool(1)  # a library run's, still running
+        pool = kept_pool(1)
+        assert kept_pool(1) is pool  # kept: its worker keeps its tokenizer
+        for each in (library, pool):
+            each.submit(time.sleep, 0.2).result()
+        print(*library._processes, *pool._processes, flush=True)
         time.sleep(60)
     """)
     assert len(workers) == 2 and all(alive(p) for p in workers)

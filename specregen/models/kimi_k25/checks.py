@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from specregen.models.chat_format import CallStructure, whole_calls
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,

@@ -12,7 +12,7 @@ import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,25 +24,32 @@ from specregen.models.chat_format import (
     Reading,
     package_files,
 )
+from specregen.models.kimi_k25 import checks as kimi_checks
+from specregen.models.kimi_k25 import readings as kimi_readings
+from specregen.models.kimi_k25.common import (
+    ARG_BEGIN,
+    CALL_BEGIN,
+    CALL_END,
+    CANONICAL_ID,
+    IM_ASSISTANT,
+    IM_END,
+    IM_MIDDLE,
+    IM_SYSTEM,
+    IM_USER,
+    SECTION_BEGIN,
+    SECTION_END,
+    THINK,
+    THINK_END,
+    TOOL_MARKERS,
+    Assembled,
+    count_history_tool_calls,
+    tojson,
+)
 from specregen.models.tokenizer import Tokenizer, TokenizerError
 from specregen.normalize import thinking_from_request
 from specregen.records import Completion, ProviderTraits, ToolCall
 
-IM_END = "<|im_end|>"
-IM_USER = "<|im_user|>"
-IM_ASSISTANT = "<|im_assistant|>"
-IM_SYSTEM = "<|im_system|>"
-IM_MIDDLE = "<|im_middle|>"
-SECTION_BEGIN = "<|tool_calls_section_begin|>"
-SECTION_END = "<|tool_calls_section_end|>"
-CALL_BEGIN = "<|tool_call_begin|>"
-ARG_BEGIN = "<|tool_call_argument_begin|>"
-CALL_END = "<|tool_call_end|>"
-THINK = "<think>"
-THINK_END = "</think>"
 MEDIA_IMAGE = "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>\n"
-
-TOOL_MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END)
 REQUIRED_TOKENS = (IM_END, IM_USER, IM_ASSISTANT, IM_SYSTEM, IM_MIDDLE, *TOOL_MARKERS, THINK,
                    THINK_END)
 
@@ -56,10 +63,6 @@ READS_PROVIDER_TRAITS = True
 ToolsFormat = Literal["typescript", "json"]
 
 _MARKER_SPLIT = re.compile("(" + "|".join(re.escape(m) for m in TOOL_MARKERS) + ")")
-# The id K2.5's template writes: `functions.NAME:IDX` (the one id regex of this format).
-CANONICAL_ID = re.compile(r"^functions\.(?P<name>[^:\s]+):(?P<idx>\d+)$")
-# A stripped call: the markers removed by a provider, the id and arguments left as text.
-_STRIPPED_CALL = re.compile(r"functions\.[\w.\-]+:\d+\s*[{\[]")
 
 
 @dataclass(frozen=True)
@@ -69,18 +72,6 @@ class RawToolSection:
     start: int  # index in the text where `<|tool_calls_section_begin|>` starts
     calls: list[ToolCall]
     complete: bool  # the section end marker was found
-
-
-@dataclass
-class Assembled:
-    """A completion rebuilt as ids, with what it was built from and what was noticed."""
-
-    ids: list[int]
-    reasoning: str | None
-    content: str | None
-    tool_calls: list[ToolCall]  # with the ids that are in `ids`
-    api_tool_calls: list[ToolCall]  # as the API gave them, or as parsed from raw markers
-    flags: list[str] = field(default_factory=list)
 
 
 def check_tokenizer(tok: Tokenizer) -> dict[str, int]:
@@ -128,11 +119,6 @@ def tools_declaration(tools: Sequence[dict[str, Any]], tools_format: ToolsFormat
         if declaration:
             return declaration
     return tojson(sorted_tools, separators=(",", ":"))
-
-
-def tojson(value: Any, separators: tuple[str, str] | None = None) -> str:
-    """Hugging Face's `tojson` template filter (not Jinja's HTML-escaping one)."""
-    return json.dumps(value, ensure_ascii=False, separators=separators)
 
 
 def _content_text(content: Any) -> str:
@@ -261,47 +247,6 @@ def render_prompt_blocks(
     return blocks
 
 
-def reserialize_history_arguments(
-    messages: Sequence[dict[str, Any]],
-) -> list[dict[str, Any]] | None:
-    """The messages as vLLM renders them: history tool-call `arguments` strings parsed and
-    handed to the template as objects, which `tojson` dumps again (`", "`/`": "` separators,
-    non-ASCII kept); empty arguments become `{}`. None when that changes no message, or when an
-    argument string is not JSON (vLLM refuses such a request).
-    """
-    out: list[dict[str, Any]] = []
-    changed = False
-    for message in messages:
-        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-        if not calls or not isinstance(calls, list):
-            out.append(message)
-            continue
-        new_calls = []
-        for call in calls:
-            fn = call.get("function") if isinstance(call, dict) else None
-            args = fn.get("arguments") if isinstance(fn, dict) else None
-            if not isinstance(args, str) and args is not None:
-                new_calls.append(call)
-                continue
-            try:
-                value = json.loads(args) if args else {}
-            except json.JSONDecodeError:
-                return None
-            # The template writes a string as it is and dumps anything else.
-            if (value if isinstance(value, str) else tojson(value)) != args:
-                changed = True
-            # A call without a function object has args None and gets here with fn None
-            # (TypeError, as before): kept as it was, a typing pass changes no behaviour.
-            new_calls.append({**call, "function": {**fn, "arguments": value}})  # type: ignore[dict-item]
-        out.append({**message, "tool_calls": new_calls})
-    return out if changed else None
-
-
-def count_history_tool_calls(messages: Sequence[dict[str, Any]]) -> int:
-    """Tool calls already in the conversation: the first index the model gives a new call."""
-    return sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
-
-
 # ---------------------------------------------------------------------------------------------
 # Raw markers in text (SPEC 3.2, 4.5)
 
@@ -371,13 +316,6 @@ def has_marker_text(text: str | None) -> bool:
     if not text:
         return False
     return "<" in text and "<|tool_call" in text and any(m in text for m in TOOL_MARKERS)
-
-
-def looks_stripped(text: str | None) -> bool:
-    """Text that reads like a tool call whose markers a provider deleted."""
-    if not text:
-        return False
-    return _STRIPPED_CALL.search(text) is not None
 
 
 def resolve_tool_id(tool_id: str | None, name: str, index: int) -> tuple[str, bool]:
@@ -853,7 +791,3 @@ def source_files() -> tuple[Path, ...]:
 # them (test_format_fingerprint_files).
 NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py", "realvllm.py",
                                 "hf_tokenizer.py"})
-
-# Imported last: the readings and checks modules build on the names above.
-from specregen.models.kimi_k25 import checks as kimi_checks  # noqa: E402
-from specregen.models.kimi_k25 import readings as kimi_readings  # noqa: E402

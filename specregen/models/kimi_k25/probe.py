@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
@@ -22,14 +22,15 @@ from specregen.models.kimi_k25.format import (
     SECTION_BEGIN,
     SECTION_END,
     THINK_END,
+    count_history_tool_calls,
+)
+from specregen.models.kimi_k25.format import (
     THINKING_SWITCH,
     KimiK25,
-    count_history_tool_calls,
     find_tool_section,
     has_marker_text,
-    looks_stripped,
 )
-from specregen.models.kimi_k25.readings import NO_CONTENT, remove_inserted_spaces
+from specregen.models.kimi_k25.readings import NO_CONTENT, looks_stripped, remove_inserted_spaces
 from specregen.records import Completion
 
 _ID_INDEX = re.compile(r":(\d+)\s*$")

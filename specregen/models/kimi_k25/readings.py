@@ -10,28 +10,45 @@ evidence pick (specregen/reconstruct.py, docs/evidence.md).
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from specregen.models.chat_format import Reading, pick_prompt  # noqa: F401 (re-exported)
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     CANONICAL_ID,
     SECTION_BEGIN,
     THINK_END,
     Assembled,
-    KimiK25,
-    looks_stripped,
-    reserialize_history_arguments,
+    tojson,
 )
 from specregen.normalize import reasoning_excluded
 from specregen.records import Completion, ProviderTraits, ToolCall
 
 # vLLM's kimi_k2 reasoning parser deletes this placeholder from the content.
 NO_CONTENT = "(no content)"
+# A stripped call: the markers removed by a provider, the id and arguments left as text.
+_STRIPPED_CALL = re.compile(r"functions\.[\w.\-]+:\d+\s*[{\[]")
+
+
+class K25Format(Protocol):
+    """What the readings use of the format (`format.KimiK25`, which imports this module): the
+    completion's assembly and the prompt's encoding."""
+
+    def assemble(self, reasoning: str | None, content: str | None,
+                 tool_calls: Sequence[ToolCall], *, thinking: bool, truncated: bool,
+                 first_tool_index: int = ..., think_end: bool = ..., verbatim_ids: bool = ...,
+                 encoded: dict[str, list[int]] | None = ...) -> Assembled: ...
+
+    def encode_prompts(self, candidates: Sequence[Sequence[dict[str, Any]]],
+                       tools: Sequence[dict[str, Any]] | None, *,
+                       thinking: bool) -> list[list[int]]: ...
 
 
 def readings(
-    fmt: KimiK25,
+    fmt: K25Format,
     request: dict[str, Any],
     completion: Completion,
     calls: list[ToolCall],
@@ -262,6 +279,13 @@ def reading_flags(
     return flags
 
 
+def looks_stripped(text: str | None) -> bool:
+    """Text that reads like a tool call whose markers a provider deleted."""
+    if not text:
+        return False
+    return _STRIPPED_CALL.search(text) is not None
+
+
 def undo_id_rewrites(
     calls: list[ToolCall], history: int, traits: ProviderTraits, streamed: bool,
     flags: list[str],
@@ -302,7 +326,7 @@ def undo_id_rewrites(
 
 
 def prompt_variants(
-    fmt: KimiK25, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+    fmt: K25Format, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
     thinking: bool, traits: ProviderTraits,
 ) -> list[list[int]]:
     """The prompt as servers may render it, the most common first (docs/upstream-parsers.md).
@@ -339,6 +363,42 @@ def prompt_variants(
         if ids not in variants:
             variants.append(ids)
     return variants
+
+
+def reserialize_history_arguments(
+    messages: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]] | None:
+    """The messages as vLLM renders them: history tool-call `arguments` strings parsed and
+    handed to the template as objects, which `tojson` dumps again (`", "`/`": "` separators,
+    non-ASCII kept); empty arguments become `{}`. None when that changes no message, or when an
+    argument string is not JSON (vLLM refuses such a request).
+    """
+    out: list[dict[str, Any]] = []
+    changed = False
+    for message in messages:
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if not calls or not isinstance(calls, list):
+            out.append(message)
+            continue
+        new_calls = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            args = fn.get("arguments") if isinstance(fn, dict) else None
+            if not isinstance(args, str) and args is not None:
+                new_calls.append(call)
+                continue
+            try:
+                value = json.loads(args) if args else {}
+            except json.JSONDecodeError:
+                return None
+            # The template writes a string as it is and dumps anything else.
+            if (value if isinstance(value, str) else tojson(value)) != args:
+                changed = True
+            # A call without a function object has args None and gets here with fn None
+            # (TypeError, as before): kept as it was, a typing pass changes no behaviour.
+            new_calls.append({**call, "function": {**fn, "arguments": value}})  # type: ignore[dict-item]
+        out.append({**message, "tool_calls": new_calls})
+    return out if changed else None
 
 
 def sglang_messages(messages: list[dict[str, Any]], none: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from specregen.models.chat_format import RealVllmSpec
-from specregen.models.kimi_k25.format import IM_END
+from specregen.models.kimi_k25.common import IM_END
 from specregen.models.tokenizer import KIMI_PAT_STR, TokenizerError
 
 HERE = Path(__file__).resolve().parent

@@ -37,7 +37,7 @@ from specregen.models.chat_format import (
     ServedMessage,
 )
 from specregen.models.kimi_k25 import servers, serverside, vllm032
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
@@ -47,9 +47,9 @@ from specregen.models.kimi_k25.format import (
     THINK,
     THINK_END,
     TOOL_MARKERS,
-    KimiK25,
     count_history_tool_calls,
 )
+from specregen.models.kimi_k25.format import KimiK25
 from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import reasoning_excluded, thinking_from_request
 

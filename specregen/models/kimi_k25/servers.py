@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from specregen.models.kimi_k25.format import (
+from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,

@@ -1,10 +1,11 @@
 """Kimi K3 as a chat format (docs/kimi-k3.md).
 
 encoding.py: K3's prompt rendering as segments (our own encoder; the real-vLLM folder carries
-it as `encoding_k3.py`); tokens.py: K3's added-token table and tokenizer folders; format.py:
-prompt encoding, completion assembly, the raw tool-call parser, the gate's rules; readings.py:
-what vLLM 0.32's kimi_k3 parsers leave open; servers.py: those parsers and vLLM's prompt
-handling, restated. The emulator's side: served.py; the fidelity corpus: corpus.py; the
+it as `encoding_k3.py`); tokens.py: K3's added-token table and tokenizer folders; completion.py:
+the completion's layout as segments, `Assembled`, the raw tool-call parser (what format.py and
+readings.py share); format.py: prompt encoding, completion assembly, the gate's rules;
+readings.py: what vLLM 0.32's kimi_k3 parsers leave open; servers.py: those parsers and vLLM's
+prompt handling, restated. The emulator's side: served.py; the fidelity corpus: corpus.py; the
 real-vLLM folder: realvllm.py + hf_tokenizer.py; the endpoint probe's rules: probe.py.
 """
 
@@ -14,6 +15,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from specregen.models.kimi_k3.completion import (
+        Assembled,
+        completion_segments,
+        parse_calls,
+    )
     from specregen.models.kimi_k3.encoding import (
         CLOSE,
         END_OF_MSG,
@@ -26,17 +32,12 @@ if TYPE_CHECKING:
     from specregen.models.kimi_k3.format import (
         THINKING_SWITCH,
         TOOL_ID_IN_TOKENS,
-        Assembled,
         KimiK3,
-        completion_segments,
         is_server_tool_id,
         make_format,
-        parse_calls,
         source_files,
     )
-    from specregen.models.kimi_k3.probe import (
-        make_probe_rules,
-    )
+    from specregen.models.kimi_k3.probe import make_probe_rules
     from specregen.models.kimi_k3.tokens import (
         ADDED_IDS,
         ADDED_TOKENS,
@@ -52,6 +53,9 @@ READS_PROVIDER_TRAITS = True
 # Where each name lives: loading the package (the registry reads its `family` descriptor)
 # imports none of the family's code until a name is asked for.
 _WHERE = {
+    "Assembled": "completion",
+    "completion_segments": "completion",
+    "parse_calls": "completion",
     "CLOSE": "encoding",
     "END_OF_MSG": "encoding",
     "MARKERS": "encoding",
@@ -61,12 +65,9 @@ _WHERE = {
     "render_segments": "encoding",
     "THINKING_SWITCH": "format",
     "TOOL_ID_IN_TOKENS": "format",
-    "Assembled": "format",
     "KimiK3": "format",
-    "completion_segments": "format",
     "is_server_tool_id": "format",
     "make_format": "format",
-    "parse_calls": "format",
     "source_files": "format",
     "make_probe_rules": "probe",
     "ADDED_IDS": "tokens",

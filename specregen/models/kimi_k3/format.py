@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,13 @@ from specregen.models.chat_format import (
     whole_calls,
 )
 from specregen.models.kimi_k3 import encoding as enc
+from specregen.models.kimi_k3 import readings as kimi_readings
+from specregen.models.kimi_k3.completion import (
+    Assembled,
+    arguments_object,
+    completion_segments,
+    parse_calls,
+)
 from specregen.models.kimi_k3.encoding import (
     CLOSE,
     END_OF_MSG,
@@ -53,19 +59,12 @@ from specregen.models.kimi_k3.encoding import (
     SEP,
     EncodingError,
     Segment,
-    close_tag,
-    open_tag,
-    text,
-    tools_segments,
 )
 from specregen.models.kimi_k3.servers import (
-    CALL_RE,
     TOOLS_CLOSE,
-    TOOLS_CLOSE_RE,
     TOOLS_OPEN,
     TOOLS_OPEN_RE,
     MarkerIds,
-    decode_call,
 )
 from specregen.models.kimi_k3.tokens import check_tokenizer, encode_segments
 from specregen.models.tokenizer import Tokenizer
@@ -81,31 +80,8 @@ THINK_CLOSE = CLOSE + "think" + SEP
 MESSAGE_CLOSE = CLOSE + "message" + SEP
 
 
-@dataclass
-class Assembled:
-    """A completion rebuilt as ids, with what it was built from and what was noticed (the
-    other formats' shape)."""
-
-    ids: list[int]
-    reasoning: str | None
-    content: str | None
-    tool_calls: list[ToolCall]
-    api_tool_calls: list[ToolCall]
-    flags: list[str] = field(default_factory=list)
-
-
 def is_server_tool_id(tool_id: str | None) -> bool:
     return bool(tool_id) and str(tool_id).startswith(SERVER_ID_PREFIXES)
-
-
-def arguments_object(arguments: str) -> dict[str, Any] | None:
-    """A call's arguments as the object vLLM's parser dumped (key order kept); None when they
-    are not a JSON object."""
-    try:
-        value = json.loads(arguments) if arguments else {}
-    except (ValueError, TypeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def canonical_arguments(arguments: str) -> str:
@@ -115,46 +91,6 @@ def canonical_arguments(arguments: str) -> str:
         return json.dumps(json.loads(arguments), ensure_ascii=False)
     except (ValueError, TypeError):
         return arguments
-
-
-def completion_segments(reasoning: str | None, content: str | None,
-                        calls: Sequence[tuple[str, dict[str, Any]]], *, thinking: bool,
-                        think_channel: bool = True) -> list[Segment]:
-    """The model's completion (without the stop token) in the encoder's segmentation: the
-    history layout of an assistant turn minus what the generation prompt already holds.
-    `think_channel=False`: the model never closed its think channel (it opened the response
-    straight away)."""
-    out: list[Segment] = []
-    if thinking:
-        out += text(reasoning or "")
-        if think_channel:
-            out += close_tag("think")
-        out += open_tag("response")
-    out += text(content or "") + close_tag("response")
-    if calls:
-        out += tools_segments(calls)
-    return out + close_tag("message")
-
-
-def raw_segments(value: str) -> list[Segment]:
-    """Model text whose marker strings were the marker ids (what a string parser saw as
-    markers): split at the four marker strings."""
-    out: list[Segment] = []
-    rest = value
-    while rest:
-        at, found = min(((rest.find(m), m) for m in MARKERS if m in rest), default=(-1, ""))
-        if at == -1:
-            out += text(rest)
-            break
-        out += [*text(rest[:at]), (found, True)]
-        rest = rest[at + len(found):]
-    return out
-
-
-def has_marker_text(value: str | None) -> bool:
-    if not value:
-        return False
-    return "<|" in value and any(m in value for m in MARKERS)
 
 
 _CACHE_SIZE = 256
@@ -233,17 +169,13 @@ class KimiK3:
     def readings(self, request: dict[str, Any], completion: Completion, calls: list[ToolCall],
                  thinking: bool, truncated: bool, history: int,
                  traits: ProviderTraits) -> list[Reading]:
-        from specregen.models.kimi_k3.readings import readings
-
-        return readings(self, request, completion, calls, thinking, truncated)
+        return kimi_readings.readings(self, request, completion, calls, thinking, truncated)
 
     def prompt_variants(self, messages: list[dict[str, Any]],
                         tools: list[dict[str, Any]] | None, thinking: bool,
                         traits: ProviderTraits, request: dict[str, Any] | None = None
                         ) -> list[list[int]]:
-        from specregen.models.kimi_k3.readings import prompt_variants
-
-        return prompt_variants(self, messages, tools, thinking, request)
+        return kimi_readings.prompt_variants(self, messages, tools, thinking, request)
 
     def history_message(self, completion: Completion, *, thinking: bool) -> dict[str, Any]:
         """The answer as a history turn: content and reasoning as returned (the response and
@@ -398,20 +330,6 @@ class KimiK3:
 
 def not_string(value: Any) -> bool:
     return not isinstance(value, str)
-
-
-def parse_calls(text_value: str, *, truncated: bool) -> ParsedCalls | None:
-    """The format's one raw tool-call parser: the complete call blocks of the first tools
-    channel (to its close, or the end), read as vLLM's parser reads them (name unescaped,
-    typed arguments, `json.dumps`); ids are "" (the model writes none)."""
-    m_open = TOOLS_OPEN_RE.search(text_value)
-    if m_open is None:
-        return None
-    m_close = TOOLS_CLOSE_RE.search(text_value, m_open.end())
-    section = text_value[m_open.end():m_close.start() if m_close else len(text_value)]
-    calls = [ToolCall("", *decoded) for m in CALL_RE.finditer(section)
-             if (decoded := decode_call(m["attrs"], m["body"])) is not None]
-    return ParsedCalls(m_open.start(), calls)
 
 
 def structure(fmt: KimiK3, ids: Sequence[int], *, n_calls: int, thinking: bool,

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
+from specregen.models.kimi_k3.completion import parse_calls
 from specregen.models.kimi_k3.encoding import END_OF_MSG
 from specregen.models.kimi_k3.format import (
     THINK_CLOSE,
     THINKING_SWITCH,
     KimiK3,
     is_server_tool_id,
-    parse_calls,
 )
 from specregen.models.kimi_k3.servers import (
     ARGUMENT_RE,

@@ -32,11 +32,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from specregen.models.chat_format import FormatError, Reading
 from specregen.models.kimi_k3 import encoding as enc
 from specregen.models.kimi_k3 import servers
+from specregen.models.kimi_k3.completion import (
+    Assembled,
+    arguments_object,
+    completion_segments,
+    has_marker_text,
+    parse_calls,
+    raw_segments,
+)
 from specregen.models.kimi_k3.encoding import (
     CLOSE,
     OPEN,
@@ -48,17 +56,29 @@ from specregen.models.kimi_k3.encoding import (
     text,
     tools_segments,
 )
-from specregen.models.kimi_k3.format import (
-    Assembled,
-    KimiK3,
-    arguments_object,
-    completion_segments,
-    has_marker_text,
-    parse_calls,
-    raw_segments,
-)
+from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import reasoning_excluded
 from specregen.records import Completion, ToolCall
+
+
+class K3Format(Protocol):
+    """What the readings use of the format (`format.KimiK3`, which imports this module): its
+    tokenizer, marker ids and encoder revision, segment encoding and the completion's assembly."""
+
+    tok: Tokenizer
+    ids: dict[str, int]
+    revision: str
+    marker_ids: servers.MarkerIds
+
+    @property
+    def stop_id(self) -> int: ...
+
+    def encode_segments(self, segments: list[Segment]) -> list[int]: ...
+
+    def assemble(self, reasoning: str | None, content: str | None,
+                 tool_calls: Sequence[ToolCall], *, thinking: bool, truncated: bool,
+                 think_channel: bool = ...) -> Assembled: ...
+
 
 # The structure that may follow the last visible text of a cut answer (as text, for a visible
 # partial marker at the end of a field).
@@ -91,7 +111,7 @@ def _fields(parsed: servers.Parsed) -> Fields:
 # Prompt
 
 
-def prompt_variants(fmt: KimiK3, messages: list[dict[str, Any]],
+def prompt_variants(fmt: K3Format, messages: list[dict[str, Any]],
                     tools: list[dict[str, Any]] | None, thinking: bool,
                     request: dict[str, Any] | None) -> list[list[int]]:
     """vLLM 0.32's rendering (its message handling and the request's effort, tool choice and
@@ -135,19 +155,19 @@ def prompt_variants(fmt: KimiK3, messages: list[dict[str, Any]],
 # Checking a reading against the restated parsers
 
 
-def _prompt_for(fmt: KimiK3, thinking: bool) -> list[int]:
+def _prompt_for(fmt: K3Format, thinking: bool) -> list[int]:
     # All the stream's prompt check looks at: the generation prompt's last channel opener.
     return list(fmt.marker_ids.think_open) if thinking else []
 
 
-def plain_fields(fmt: KimiK3, ids: Sequence[int], request: dict[str, Any],
+def plain_fields(fmt: K3Format, ids: Sequence[int], request: dict[str, Any],
                  truncated: bool) -> tuple[Fields, str]:
     out = servers.decode_output(ids, fmt.tok, truncated)
     parsed = servers.parse_plain(out.text, request, truncated=truncated)
     return _fields(parsed), parsed.finish_reason
 
 
-def stream_fields(fmt: KimiK3, ids: Sequence[int], request: dict[str, Any],
+def stream_fields(fmt: K3Format, ids: Sequence[int], request: dict[str, Any],
                   thinking: bool) -> list[Fields]:
     """The fields a stream of `ids` adds up to after each step (index k: the first k+1
     ids), without a stop step: a cut answer's at every length in one pass."""
@@ -170,7 +190,7 @@ def stream_fields(fmt: KimiK3, ids: Sequence[int], request: dict[str, Any],
     return snapshots
 
 
-def consistent(fmt: KimiK3, ids: Sequence[int], request: dict[str, Any], completion: Completion,
+def consistent(fmt: K3Format, ids: Sequence[int], request: dict[str, Any], completion: Completion,
                thinking: bool, truncated: bool) -> bool:
     """Whether the restated server reads `ids` (the stop id included unless cut) back as the
     returned fields."""
@@ -248,7 +268,7 @@ def upstream(request: dict[str, Any], thinking: bool) -> dict[str, Any]:
     return {**request, "chat_template_kwargs": {**kwargs, "thinking": thinking}}
 
 
-def readings(fmt: KimiK3, request: dict[str, Any], completion: Completion,
+def readings(fmt: K3Format, request: dict[str, Any], completion: Completion,
              calls: list[ToolCall], thinking: bool, truncated: bool) -> list[Reading]:
     request = upstream(request, thinking)
     stream = request.get("stream") is True
@@ -329,7 +349,7 @@ def _strip_partial(value: str, following: Sequence[str]) -> str | None:
     return None
 
 
-def _cut_reading(fmt: KimiK3, request: dict[str, Any], completion: Completion,
+def _cut_reading(fmt: K3Format, request: dict[str, Any], completion: Completion,
                  calls: list[ToolCall], thinking: bool, flags: list[str]) -> Reading:
     """The ending of a cut answer: every consistent prefix of the structure that follows the
     last visible text, the one `completion_tokens` counts chosen."""
@@ -403,7 +423,7 @@ def _cut(base: Assembled, ids: list[int]) -> Assembled:
                      base.api_tool_calls, list(base.flags))
 
 
-def _endings(fmt: KimiK3, reasoning: str | None, content: str | None,
+def _endings(fmt: K3Format, reasoning: str | None, content: str | None,
              objects: list[tuple[str, dict[str, Any]]], thinking: bool, last: str
              ) -> list[tuple[list[int], int]]:
     """Every prefix of the canonical rest after the last visible element, as (ids, length of
@@ -430,7 +450,7 @@ def _endings(fmt: KimiK3, reasoning: str | None, content: str | None,
     return _prefixes(fmt, head, visible, rests)
 
 
-def _prefixes(fmt: KimiK3, head: list[Segment], visible: int, rests: list[list[Segment]]
+def _prefixes(fmt: K3Format, head: list[Segment], visible: int, rests: list[list[Segment]]
               ) -> list[tuple[list[int], int]]:
     head_ids = fmt.encode_segments(head)
     out: list[tuple[list[int], int]] = [(head_ids, visible)] if len(head_ids) == visible else []
@@ -443,7 +463,7 @@ def _prefixes(fmt: KimiK3, head: list[Segment], visible: int, rests: list[list[S
     return out
 
 
-def _hides_text(fmt: KimiK3, ids: list[int], visible: int, request: dict[str, Any],
+def _hides_text(fmt: K3Format, ids: list[int], visible: int, request: dict[str, Any],
                 completion: Completion, thinking: bool) -> bool:
     """Whether the plain parsers would drop text written after a complete close tag of the
     chosen ending (other than the think channel's, after which text shows until a response
@@ -463,7 +483,7 @@ def _hides_text(fmt: KimiK3, ids: list[int], visible: int, request: dict[str, An
     return False
 
 
-def _held_merge(fmt: KimiK3, reasoning: str | None, content: str | None, last: str) -> bool:
+def _held_merge(fmt: K3Format, reasoning: str | None, content: str | None, last: str) -> bool:
     """Streamed and cut in the last visible text: a held-back `<` (a marker's first
     character) could have joined the last token without changing the count."""
     value = content if last == "content" else reasoning
