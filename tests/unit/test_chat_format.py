@@ -1,6 +1,6 @@
 """The ChatFormat registry, and the whole reconstruct -> gate chain through it for Qwen3.
 
-The Qwen3 answers are written by `servers.model_ids` (segment by segment, independently of the
+The Qwen3 answers are written by `served.model_ids` (segment by segment, independently of the
 format's assembly), returned the way vLLM's qwen3 + hermes parsers return them (plain and
 streamed), with the prompt vLLM renders through the Jinja template in transformers; the
 generic `reconstruct` must rebuild both id lists exactly, and the gate must accept the samples.
@@ -19,7 +19,8 @@ from specregen.cli import app
 from specregen.gate import GateConfig, check_sample
 from specregen.models.chat_format import ChatFormat
 from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR
-from specregen.models.qwen3 import servers as sv
+from specregen.models.qwen3 import served as qserved
+from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import (
     UnknownFormatError,
     canonical_name,
@@ -110,9 +111,9 @@ def _answer(rng: random.Random):
 
 def _served(fmt, request, truth, stream):
     """The response body a vLLM server with the qwen3 + hermes parsers sends for `truth`."""
-    prompt = sv.encode_prompt(request, fmt.tok)
-    out = sv.decode_output(truth, fmt.tok, truncated=False)
-    parsed = sv.parse(out, request, sv.MarkerIds.of(fmt.tok), stream=stream, prompt_ids=prompt)
+    prompt = vl.encode_prompt(request, fmt.tok)
+    out = vl.decode_output(truth, fmt.tok, truncated=False)
+    parsed = vl.parse(out, request, vl.MarkerIds.of(fmt.tok), stream=stream, prompt_ids=prompt)
     message = {"role": "assistant", "content": parsed.content, "reasoning": parsed.reasoning}
     if parsed.calls:
         message["tool_calls"] = [
@@ -143,7 +144,7 @@ def test_qwen3_vllm_hermes_answers_reconstruct_exactly_and_pass_the_gate(qwen, s
     with_calls = 0
     for k, request, (reasoning, content, calls) in _requests(60, seed=3 + stream):
         request = {**request, "stream": stream}
-        truth = sv.model_ids(qwen.tok, reasoning=reasoning, content=content, calls=calls)
+        truth = qserved.model_ids(qwen.tok, reasoning=reasoning, content=content, calls=calls)
         prompt, response = _served(qwen, request, truth, stream)
         with_calls += bool(calls)
         for reference in (truth, None):
@@ -167,7 +168,7 @@ def test_qwen3_vllm_hermes_answers_reconstruct_exactly_and_pass_the_gate(qwen, s
 def test_gate_quarantines_a_qwen3_call_the_ids_do_not_hold(qwen):
     request = {"model": "Qwen/Qwen3-8B", "tools": TOOLS,
                "messages": [{"role": "user", "content": "q"}]}
-    truth = sv.model_ids(qwen.tok, reasoning="r", content="",
+    truth = qserved.model_ids(qwen.tok, reasoning="r", content="",
                          calls=[("get_weather", '{"q": "Paris"}')])
     _, response = _served(qwen, request, truth, stream=False)
     sample = reconstruct("s", request, response, qwen, reference_completion_ids=truth)
@@ -183,7 +184,7 @@ def test_cli_reconstruct_picks_qwen3_from_the_model_and_the_gate_reads_it(qwen, 
     lines = []
     truths = {}
     for k, request, (reasoning, content, calls) in _requests(12, seed=9):
-        truth = sv.model_ids(qwen.tok, reasoning=reasoning, content=content, calls=calls)
+        truth = qserved.model_ids(qwen.tok, reasoning=reasoning, content=content, calls=calls)
         prompt, response = _served(qwen, request, truth, stream=False)
         truths[f"s{k}"] = prompt + truth
         lines.append(json.dumps({"sample_id": f"s{k}", "request": request,

@@ -34,7 +34,7 @@ INTERNAL = {
     # model folder carries it as its own file, so it cannot derive from specregen.errors)
     "specregen.models.kimi_k3.encoding.EncodingError": "re-raised as FormatError",
     # -> the restated SGLang stream parser's "nothing to complete yet" (upstream swallows it too)
-    "specregen.models.qwen3.servers._PartialJSONError": "caught by the stream restatement",
+    "specregen.models.serverkit.partial_json.PartialJSONError": "caught by the stream restatement",
 }
 
 

@@ -49,3 +49,12 @@ def test_kimi_fingerprint_keeps_the_readings_and_the_template():
     names = {p.name for p in format_source_files("kimi-k2.5")}
     assert {"common.py", "format.py", "readings.py", "checks.py", "chat_template.jinja"} <= names
     assert not names & {"served.py", "servers.py", "serverside.py"}
+
+
+def test_reconstruction_never_imports_the_server_kit():
+    # models/serverkit is in no format's fingerprint: it must stay served-side code.
+    for name, tok in (("kimi-k2.5", "mini"), ("qwen3", "mini-qwen3"), ("kimi-k3", "mini-k3")):
+        kit = {m for m in _imported(name, tok) if m.startswith("specregen.models.serverkit")}
+        assert not kit, (name, kit)
+    qwen3 = {p.name for p in format_source_files("qwen3")}
+    assert not qwen3 & {"vllm.py", "vllm_legacy.py", "hermes.py", "sglang.py"}

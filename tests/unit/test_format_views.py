@@ -12,7 +12,8 @@ import pytest
 from specregen.client.config import EndpointConfig
 from specregen.inspect.view import build_view
 from specregen.models.chat_format import ChatFormat, CompletionMarkers, ProbeRules
-from specregen.models.qwen3 import servers as sv
+from specregen.models.qwen3 import served as qserved
+from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import get_format, probe_rules
 from specregen.models.tokenizer import load_tokenizer
 from specregen.probe.run import run_scenarios
@@ -37,10 +38,10 @@ def qwen_sample(fmt, sample_id, *, reasoning, content, calls):
                "tools": TOOLS}
     if reasoning is None:
         request["chat_template_kwargs"] = {"enable_thinking": False}
-    truth = sv.model_ids(fmt.tok, reasoning=reasoning, content=content, calls=calls)
-    prompt = sv.encode_prompt(request, fmt.tok)
-    parsed = sv.parse(sv.decode_output(truth, fmt.tok, truncated=False), request,
-                      sv.MarkerIds.of(fmt.tok), stream=False, prompt_ids=prompt)
+    truth = qserved.model_ids(fmt.tok, reasoning=reasoning, content=content, calls=calls)
+    prompt = vl.encode_prompt(request, fmt.tok)
+    parsed = vl.parse(vl.decode_output(truth, fmt.tok, truncated=False), request,
+                      vl.MarkerIds.of(fmt.tok), stream=False, prompt_ids=prompt)
     message = {"role": "assistant", "content": parsed.content, "reasoning": parsed.reasoning}
     if parsed.calls:
         message["tool_calls"] = [{"id": f"chatcmpl-tool-{k:032x}", "type": "function",

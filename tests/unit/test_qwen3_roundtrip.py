@@ -12,7 +12,8 @@ import random
 import pytest
 
 from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR, Qwen3
-from specregen.models.qwen3 import servers as sv
+from specregen.models.qwen3 import served as qserved
+from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.tokenizer import load_tokenizer
 from specregen.records import ToolCall
 
@@ -80,7 +81,7 @@ def _truth(fmt: Qwen3, segments: list[str]) -> list[int]:
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_generated_completions_rebuild_exactly(fmt, stream):
     rng = random.Random(7)
-    markers = sv.MarkerIds.of(fmt.tok)
+    markers = vl.MarkerIds.of(fmt.tok)
     with_calls = 0
     for n in range(N_CASES):
         reasoning, content, answer_calls, tools = _case(rng)
@@ -93,8 +94,8 @@ def test_generated_completions_rebuild_exactly(fmt, stream):
         if not thinking:
             request["chat_template_kwargs"] = {"enable_thinking": False}
         prompt = fmt.encode_prompt(request["messages"], request.get("tools"), thinking=thinking)
-        out = sv.decode_output(truth, fmt.tok, truncated=False)
-        parsed = sv.parse(out, request, markers, stream=stream, prompt_ids=prompt)
+        out = vl.decode_output(truth, fmt.tok, truncated=False)
+        parsed = vl.parse(out, request, markers, stream=stream, prompt_ids=prompt)
         calls = [ToolCall(f"chatcmpl-tool-{k:032x}", c.name, c.arguments)
                  for k, c in enumerate(parsed.calls)]
         with_calls += bool(calls)
@@ -110,14 +111,14 @@ def test_non_canonical_arguments_are_flagged_and_not_exact(fmt):
                 '\n{"name": "get_weather", "arguments": {"a":1}}\n', "</tool_call>", ""]
     truth = _truth(fmt, ["<think>", "\nr\n", *segments])
     request = {"messages": [{"role": "user", "content": "q"}], "tools": TOOLS}
-    out = sv.decode_output(truth, fmt.tok, truncated=False)
-    plain = sv.parse(out, request, sv.MarkerIds.of(fmt.tok), stream=False)
+    out = vl.decode_output(truth, fmt.tok, truncated=False)
+    plain = vl.parse(out, request, vl.MarkerIds.of(fmt.tok), stream=False)
     calls = [ToolCall("", c.name, c.arguments) for c in plain.calls]
     got = fmt.assemble(plain.reasoning, plain.content, calls, thinking=True, truncated=False)
     assert got.ids != truth
     assert "arguments_canonical_assumed" in got.flags
     assert "content_whitespace_guessed" in got.flags
-    streamed = sv.parse(out, request, sv.MarkerIds.of(fmt.tok), stream=True)
+    streamed = vl.parse(out, request, vl.MarkerIds.of(fmt.tok), stream=True)
     calls = [ToolCall("", c.name, c.arguments) for c in streamed.calls]
     got = fmt.assemble(streamed.reasoning, streamed.content, calls, thinking=True,
                        truncated=False, arguments_verbatim=True)
@@ -129,7 +130,8 @@ def test_emulator_side_writer_and_structure_agree_with_the_segments(fmt):
     for _ in range(N_CASES):
         reasoning, content, calls, _tools = _case(rng)
         truth = _truth(fmt, _segments(reasoning, content, calls))
-        assert sv.model_ids(fmt.tok, reasoning=reasoning, content=content, calls=calls) == truth
+        ids = qserved.model_ids(fmt.tok, reasoning=reasoning, content=content, calls=calls)
+        assert ids == truth
         thinking = reasoning is not None
         assert fmt.structure_problems(truth, n_calls=len(calls), thinking=thinking,
                                       truncated=False) == []

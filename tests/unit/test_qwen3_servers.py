@@ -8,6 +8,8 @@ import pytest
 
 from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR
 from specregen.models.qwen3 import servers as sv
+from specregen.models.qwen3 import vllm_legacy as vl
+from specregen.models.serverkit import stream as kit
 from specregen.models.tokenizer import load_tokenizer
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
@@ -21,8 +23,8 @@ def tok():
 
 def _parse(tok, text, request, *, stream, truncated=False, prompt_ids=()):
     ids = tok.encode_ordinary(text) + ([] if truncated else [tok.token_id("<|im_end|>")])
-    out = sv.decode_output(ids, tok, truncated)
-    return sv.parse(out, request, sv.MarkerIds.of(tok), stream=stream, prompt_ids=prompt_ids)
+    out = vl.decode_output(ids, tok, truncated)
+    return vl.parse(out, request, vl.MarkerIds.of(tok), stream=stream, prompt_ids=prompt_ids)
 
 
 def _req(tools=True, **kwargs):
@@ -37,16 +39,16 @@ def _req(tools=True, **kwargs):
 def test_plain_split_keeps_newlines_and_redumps_arguments(tok):
     text = f"<think>\nplan\n</think>\n\nSure.\n{CALL}"
     got = _parse(tok, text, _req(), stream=False)
-    assert got == sv.Parsed("\nplan\n", "\n\nSure.\n",
-                            (sv.ServerCall("get_weather", '{"city": "Paris"}', 0),),
+    assert got == kit.Parsed("\nplan\n", "\n\nSure.\n",
+                            (kit.ServerCall("get_weather", '{"city": "Paris"}', 0),),
                             "tool_calls")
 
 
 def test_stream_keeps_the_models_argument_text(tok):
     text = f"<think>\nplan\n</think>\n\nSure.\n{CALL}"
     got = _parse(tok, text, _req(), stream=True)
-    assert got == sv.Parsed("\nplan\n", "\n\nSure.\n",
-                            (sv.ServerCall("get_weather", '{"city":"Paris"}', 0),),
+    assert got == kit.Parsed("\nplan\n", "\n\nSure.\n",
+                            (kit.ServerCall("get_weather", '{"city":"Paris"}', 0),),
                             "tool_calls")
 
 
@@ -57,34 +59,34 @@ def test_whitespace_only_content_next_to_calls_is_null(tok):
 
 def test_thinking_off_everything_is_content(tok):
     got = _parse(tok, "Hello there", _req(tools=False, enable_thinking=False), stream=False)
-    assert got == sv.Parsed(None, "Hello there", (), "stop")
+    assert got == kit.Parsed(None, "Hello there", (), "stop")
 
 
 def test_thinking_on_without_end_tag_is_all_reasoning(tok):
     got = _parse(tok, "<think>\nstill going", _req(tools=False), stream=False, truncated=True)
-    assert got == sv.Parsed("\nstill going", None, (), "length")
+    assert got == kit.Parsed("\nstill going", None, (), "length")
 
 
 def test_a_call_inside_unfinished_reasoning_stays_reasoning(tok):
     # No implicit end for Qwen3's JSON calls: only `<function=` after `<tool_call>` counts.
     text = f"<think>\nhmm {CALL}"
     got = _parse(tok, text, _req(), stream=False, truncated=True)
-    assert got == sv.Parsed(f"\nhmm {CALL}", None, (), "length")
+    assert got == kit.Parsed(f"\nhmm {CALL}", None, (), "length")
 
 
 def test_one_bad_block_makes_everything_content(tok):
     text = '</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"a": }\n</tool_call>'
     got = _parse(tok, text, _req(), stream=False)
-    assert got == sv.Parsed("", '\n\n<tool_call>\n{"name": "get_weather", "arguments": {"a": }'
+    assert got == kit.Parsed("", '\n\n<tool_call>\n{"name": "get_weather", "arguments": {"a": }'
                             '\n</tool_call>', (), "stop")
 
 
 def test_unclosed_block_with_complete_json_still_parses(tok):
     text = '</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {}}\n'
     got = _parse(tok, text, _req(), stream=False, truncated=True)
-    assert got == sv.Parsed("", None, (sv.ServerCall("get_weather", "{}", 0),), "tool_calls")
+    assert got == kit.Parsed("", None, (kit.ServerCall("get_weather", "{}", 0),), "tool_calls")
     streamed = _parse(tok, text, _req(), stream=True, truncated=True)
-    assert streamed == sv.Parsed(None, "\n\n", (sv.ServerCall("get_weather", "{}", 0),),
+    assert streamed == kit.Parsed(None, "\n\n", (kit.ServerCall("get_weather", "{}", 0),),
                                  "length")
 
 
@@ -101,9 +103,9 @@ def test_stream_treats_a_closed_think_in_the_prompt_as_reasoning_over(tok):
                                       "<|im_end|>\n<|im_start|>assistant\n")
     text = "<think>\nnew\n</think>\n\nanswer"
     stream = _parse(tok, text, _req(tools=False), stream=True, prompt_ids=prompt)
-    assert stream == sv.Parsed(None, text, (), "stop")
+    assert stream == kit.Parsed(None, text, (), "stop")
     plain = _parse(tok, text, _req(tools=False), stream=False, prompt_ids=prompt)
-    assert plain == sv.Parsed("\nnew\n", "\n\nanswer", (), "stop")
+    assert plain == kit.Parsed("\nnew\n", "\n\nanswer", (), "stop")
 
 
 def test_stream_holds_back_a_partial_tag_at_the_end(tok):
@@ -114,7 +116,7 @@ def test_stream_holds_back_a_partial_tag_at_the_end(tok):
 def test_stream_flushes_a_held_back_tool_call_tag_as_reasoning(tok):
     text = "<think>\nsay <tool_call> here\n</think>\n\nok"
     got = _parse(tok, text, _req(tools=False), stream=True)
-    assert got == sv.Parsed("\nsay <tool_call> here\n", "\n\nok", (), "stop")
+    assert got == kit.Parsed("\nsay <tool_call> here\n", "\n\nok", (), "stop")
 
 
 def test_prompt_side_reparses_history_arguments():
@@ -125,7 +127,7 @@ def test_prompt_side_reparses_history_arguments():
              "function": {"name": "f", "arguments": '{"x":1}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
     ], "tools": TOOLS}
-    text = sv.render_prompt_text(request)
+    text = vl.render_prompt_text(request)
     assert "<|im_start|>user\na\nb<|im_end|>\n" in text
     assert ('<think>\nr\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n'
             "</tool_call><|im_end|>\n") in text

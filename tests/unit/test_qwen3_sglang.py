@@ -10,8 +10,12 @@ import pytest
 from specregen.client.sse import assemble_lines
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
+from specregen.models.qwen3 import served as qserved
 from specregen.models.qwen3 import servers as sv
+from specregen.models.qwen3 import sglang as sg
+from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import get_format
+from specregen.models.serverkit import stream as kit
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 
@@ -27,7 +31,7 @@ def parsed(text, *, thinking=None, tools=True, truncated=False, **extra):
         request["tools"] = TOOLS
     if thinking is not None:
         request["chat_template_kwargs"] = {"enable_thinking": thinking, **kwargs}
-    return sv.sglang_parse(sv.Output(text, (), truncated), request)
+    return sg.parse(kit.Output(text, (), truncated), request)
 
 
 def calls_of(p):
@@ -110,7 +114,7 @@ def test_sglang_messages_and_prompt():
         {"role": "tool", "tool_call_id": "call_1",
          "content": [{"type": "text", "text": "20C"}, {"type": "text", "text": "sunny"}]},
     ]
-    served = sv.sglang_server_messages(messages)
+    served = sg.server_messages(messages)
     assert served[0] == {"role": "user", "content": "Weather?"}
     # `reasoning` is no field of SGLang's message model: dropped; absent fields are None.
     assert served[1] == {"role": "assistant", "content": "", "tool_call_id": None,
@@ -121,15 +125,15 @@ def test_sglang_messages_and_prompt():
     assert served[2]["content"] == "20C sunny"
     request = {"messages": messages, "tools": TOOLS}
     # The assistant turn after the last user query keeps its reasoning on vLLM only.
-    assert "<think>\nR\n</think>" in sv.render_prompt_text(request)
-    assert "<think>" not in sv.sglang_render_prompt_text(request).split("<|im_start|>")[3]
+    assert "<think>\nR\n</think>" in vl.render_prompt_text(request)
+    assert "<think>" not in sg.render_prompt_text(request).split("<|im_start|>")[3]
     # A final assistant message becomes a user turn.
-    tail = sv.sglang_server_messages([{"role": "user", "content": "a"},
+    tail = sg.server_messages([{"role": "user", "content": "a"},
                                       {"role": "assistant", "content": "b"}])
     assert tail[-1] == {"role": "user", "content": "b"}
     for bad in ('["x"]', ""):
         with pytest.raises(sv.RequestError, match=r"messages\[1\]\.tool_calls\[0\]"):
-            sv.sglang_server_messages([messages[0], {**messages[1], "tool_calls": [
+            sg.server_messages([messages[0], {**messages[1], "tool_calls": [
                 {**call, "function": {"name": "f", "arguments": bad}}]}])
 
 
@@ -190,8 +194,8 @@ def streamed(deltas, *, thinking=None, tools=True, truncated=False):
         request["tools"] = TOOLS
     if thinking is not None:
         request["chat_template_kwargs"] = {"enable_thinking": thinking}
-    out = sv.Output("".join(deltas), tuple(sv.Delta(d, 0) for d in deltas), truncated)
-    return sv.sglang_stream(out, request)
+    out = kit.Output("".join(deltas), tuple(kit.Delta(d, 0) for d in deltas), truncated)
+    return sg.stream(out, request)
 
 
 CALL_STEPS = ["<tool_call>", "\n", '{"name": "get_weather", ', '"arguments": {"city": ',
@@ -243,15 +247,15 @@ def test_stream_arguments_are_ascii_escaped_dumps_and_topped_up_at_a_cut():
 
 
 def test_sglang_detokenizer_shows_printable_text_and_keeps_a_cut_character():
-    assert sv._printable("ab \ufffd") == "ab " and sv._printable("北\ufffd") == "北"
-    assert sv._printable("x\n") == "x\n" and sv._printable("ab\ufffd") == ""
+    assert sg._printable("ab \ufffd") == "ab " and sg._printable("北\ufffd") == "北"
+    assert sg._printable("x\n") == "x\n" and sg._printable("ab\ufffd") == ""
     tok = load_tokenizer("mini-qwen3")
     ids = tok.encode_ordinary("ok 🙂")
     pieces = [tok.decode_bytes([i]) for i in ids]
     assert b"".join(pieces) == "ok 🙂".encode() and len(pieces) > 2
-    out = sv.sglang_decode_output(ids, tok, truncated=False)
+    out = sg.decode_output(ids, tok, truncated=False)
     assert out.text == "ok 🙂" and all("\ufffd" not in d.text for d in out.deltas)
-    cut = sv.sglang_decode_output(ids[:-1], tok, truncated=True)
+    cut = sg.decode_output(ids[:-1], tok, truncated=True)
     assert cut.text.endswith("\ufffd")  # the finishing step shows the unfinished character
 
 
@@ -262,13 +266,13 @@ def test_a_character_cut_by_max_tokens_is_never_a_wrong_ok(stream):
     qwen = get_format("qwen3", load_tokenizer("mini-qwen3"))
     request = {"model": "m", "messages": [{"role": "user", "content": "q"}],
                "chat_template_kwargs": {"enable_thinking": False}}
-    prompt = sv.sglang_encode_prompt(request, qwen.tok)
-    full = sv.model_ids(qwen.tok, reasoning=None, content="Hello 🙂🙂 there", calls=[])
+    prompt = sg.encode_prompt(request, qwen.tok)
+    full = qserved.model_ids(qwen.tok, reasoning=None, content="Hello 🙂🙂 there", calls=[])
     seen = set()
     for cut in range(3, len(full)):
         ids = full[:cut]
-        out = sv.sglang_decode_output(ids, qwen.tok, True)
-        p = (sv.sglang_stream(out, request).parsed if stream else sv.sglang_parse(out, request))
+        out = sg.decode_output(ids, qwen.tok, True)
+        p = (sg.stream(out, request).parsed if stream else sg.parse(out, request))
         body = {"choices": [{"index": 0, "finish_reason": p.finish_reason, "message": {
             "role": "assistant", "content": p.content, "reasoning_content": p.reasoning}}],
             "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)}}

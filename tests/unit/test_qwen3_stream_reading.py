@@ -213,9 +213,10 @@ def test_a_think_block_in_content_is_split_only_where_the_text_stays_the_same(qw
 
 def test_sglang_stream_fields_read_back_to_the_models_ids(qwen):
     """SGLang's stream (qwen25 detector): content before the calls keeps its newlines;
-    arguments are `json.dumps` with ASCII escapes. The truth is `servers.model_ids`, the fields
-    the restated stream (`servers.sglang_stream`)."""
-    from specregen.models.qwen3 import servers as sv
+    arguments are `json.dumps` with ASCII escapes. The truth is `served.model_ids`, the fields
+    the restated stream (`sglang.stream`)."""
+    from specregen.models.qwen3 import served as qserved
+    from specregen.models.qwen3 import sglang as sg
 
     tools = [WEATHER]
     cases = [(True, "Let me check.", [{"city": "Paris"}, {"city": "北京"}]),
@@ -228,9 +229,9 @@ def test_sglang_stream_fields_read_back_to_the_models_ids(qwen):
         request = {"messages": [{"role": "user", "content": "q"}], "tools": tools,
                    "stream": True, "chat_template_kwargs": {"enable_thinking": thinking}}
         written = [("get_weather", json.dumps(a, ensure_ascii=False)) for a in args]
-        ids = sv.model_ids(qwen.tok, reasoning="Thinking." if thinking else None,
+        ids = qserved.model_ids(qwen.tok, reasoning="Thinking." if thinking else None,
                            content=content, calls=written)
-        fields = sv.sglang_stream(sv.sglang_decode_output(ids, qwen.tok, False), request)
+        fields = sg.stream(sg.decode_output(ids, qwen.tok, False), request)
         calls = [ToolCall(f"call_{k:024x}", c.name, c.arguments)
                  for k, c in enumerate(fields.parsed.calls)]
         assert len(calls) == len(args)

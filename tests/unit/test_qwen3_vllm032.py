@@ -18,7 +18,6 @@ import pytest
 
 from specregen.models.qwen3 import vllm
 from specregen.models.qwen3.served import Qwen3Server
-from specregen.models.qwen3.servers import decode_output
 from specregen.models.qwen3.tokens import (
     IM_END,
     IM_START,
@@ -27,6 +26,7 @@ from specregen.models.qwen3.tokens import (
     TOOL_CALL,
     TOOL_CALL_END,
 )
+from specregen.models.qwen3.vllm_legacy import decode_output
 from specregen.models.tokenizer import load_tokenizer
 
 TOOLS = [{"type": "function", "function": {

@@ -34,6 +34,7 @@ from specregen.models.kimi_k25.common import (
     THINK,
     THINK_END,
 )
+from specregen.models.serverkit.stream import Delta, Output
 from specregen.models.tokenizer import Tokenizer
 
 Server = Literal["vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce"]
@@ -60,24 +61,6 @@ _SGLANG_STREAM_CALL = re.compile(
     + r"\s*(?P<args>\{.*)"
 )
 _SGLANG_ID = re.compile(r"^(?:functions\.)?(?P<name>[\w.]+):(?P<index>\d+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """One decode step: the text it added (possibly "" while a UTF-8 character is incomplete)
-    and the token id."""
-
-    text: str
-    token_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """The completion as the server's detokenizer hands it to the parsers."""
-
-    text: str
-    deltas: tuple[Delta, ...]
-    truncated: bool  # the engine stopped on max_tokens, not on the stop token
 
 
 @dataclass(frozen=True, slots=True)

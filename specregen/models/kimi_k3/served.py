@@ -33,6 +33,7 @@ from specregen.models.kimi_k3.servers import (
     template_kwargs,
 )
 from specregen.models.kimi_k3.tokens import encode_segments
+from specregen.models.serverkit.ids import vllm_call_id
 from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import dialect_thinking
 
@@ -89,7 +90,7 @@ class KimiK3Server:
 
     def call_id(self, bits: int) -> str:
         """vLLM's id: `chatcmpl-tool-` + 16 hex digits (64 of the random bits)."""
-        return f"chatcmpl-tool-{bits & (2**64 - 1):016x}"
+        return vllm_call_id(bits)
 
     def upstream_request(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request as the vLLM server behind the API sees it: a dialect's thinking switch

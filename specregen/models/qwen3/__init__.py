@@ -1,7 +1,8 @@
 """Qwen3 (hybrid thinking/instruct) as a model format: tokens, prompt, completion, servers.
 
-Self-contained: nothing here imports the Kimi modules or the emulator. `servers` restates what
-vLLM's qwen3 reasoning parser and hermes tool parser return (docs/qwen3.md).
+Self-contained: nothing here imports the Kimi modules or the emulator. `vllm`, `vllm_legacy` and
+`sglang` restate what vLLM's (qwen3 + hermes) and SGLang's (qwen3 + qwen25) parsers return
+(docs/qwen3.md), on the family-neutral `models/serverkit`; `servers` is their request side.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ if TYPE_CHECKING:
         source_files,
         structure_problems,
     )
-    from specregen.models.qwen3.probe import (
-        make_probe_rules,
-    )
+    from specregen.models.qwen3.probe import make_probe_rules
     from specregen.models.qwen3.render import (
         TEMPLATE_PATH,
         FormatError,

@@ -612,12 +612,16 @@ def structure_problems(ids: Sequence[int], marker_ids: dict[str, int], *, n_call
 
 def source_files() -> tuple[Path, ...]:
     """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
-    # servers.py stays in: the readings restate the servers' parsers (see format.py imports).
-    # served.py (the emulator's server) and corpus.py (the fidelity bench's answers) are never
-    # imported by reconstruction, nor is realvllm.py (the real-vLLM harness's model folder):
-    # editing them reruns nothing.
-    return package_files(Path(__file__).resolve().parent,
-                         exclude=frozenset({"served.py", "corpus.py", "realvllm.py"}))
+    # servers.py stays in: the readings render prompts with its message preprocessing (see
+    # format.py imports). The emulator's served side (served.py and the restated servers
+    # behind it), corpus.py (the fidelity bench's answers) and realvllm.py (the real-vLLM
+    # harness's model folder) are never imported by reconstruction: editing them reruns
+    # nothing (test_format_fingerprint_files).
+    return package_files(Path(__file__).resolve().parent, exclude=NOT_RECONSTRUCTION)
+
+
+NOT_RECONSTRUCTION = frozenset({"served.py", "vllm.py", "vllm_legacy.py", "hermes.py",
+                                "sglang.py", "corpus.py", "realvllm.py"})
 
 
 def make_format(tokenizer: Tokenizer, **options: Any) -> Qwen3:

@@ -2,7 +2,7 @@
 (qwen3 reasoning parser + qwen25 tool parser: profile `sglang`), for the emulator.
 
 The emulator decides WHAT the model writes (reasoning, content, calls as argument objects);
-this module says how Qwen3 writes it as ids (`servers.model_ids`, segment by segment, written
+this module says how Qwen3 writes it as ids (`model_ids`, segment by segment, written
 independently of `format.Qwen3.assemble`) and what the server returns for those ids.
 
 Families (the parsers a profile runs, `Qwen3Server.for_profile`):
@@ -10,8 +10,12 @@ Families (the parsers a profile runs, `Qwen3Server.for_profile`):
 * `vllm` (profile `vllm-hermes`): vLLM 0.32 (`vllm.py`, docs/vllm-0.32.md (B)), held against
   the real server (bench/real_vllm.py): its prompt rendering, parsers, ids and usage count.
 * `vllm-legacy` (profile `openrouter`, vLLM behind the router): the earlier restatement of
-  vLLM's parsers (`servers.parse`, docs/qwen3.md), kept as it was for OpenRouter.
-* `sglang` (profile `sglang`): `servers.sglang_*`.
+  vLLM's parsers (`vllm_legacy.py`, docs/qwen3.md), kept as it was for OpenRouter.
+* `sglang` (profile `sglang`): `sglang.py`.
+
+The parts the families share: `servers.py` (the request side, also the readings'), `hermes.py`
+(both vLLMs' hermes stream), and the family-neutral `models/serverkit` (parser types,
+stream-delta helpers, partial JSON, call ids).
 
 Dialects: a vLLM request switches thinking with `chat_template_kwargs.enable_thinking` (0.32
 also with `reasoning_effort`); an OpenRouter request with `reasoning` (enabled / effort), which
@@ -27,20 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.models.chat_format import ScriptedAnswer, ServedCall, ServedMessage
-from specregen.models.qwen3 import vllm
-from specregen.models.qwen3.servers import (
-    MarkerIds,
-    Parsed,
-    decode_output,
-    encode_prompt,
-    model_ids,
-    parse,
-    sglang_decode_output,
-    sglang_encode_prompt,
-    sglang_parse,
-    sglang_stream,
-    template_kwargs,
-)
+from specregen.models.qwen3 import sglang, vllm, vllm_legacy
+from specregen.models.qwen3.servers import template_kwargs
+from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
+from specregen.models.qwen3.vllm_legacy import MarkerIds
+from specregen.models.serverkit.ids import sglang_call_id, vllm_call_id, vllm_legacy_call_id
+from specregen.models.serverkit.stream import Parsed
 from specregen.models.tokenizer import Tokenizer
 from specregen.normalize import dialect_thinking
 
@@ -97,10 +93,10 @@ class Qwen3Server:
         `chatcmpl-tool-` + 16 hex digits, the earlier vLLM `chatcmpl-tool-<uuid4 hex>`, SGLang
         `call_<uuid4 hex[:24]>`."""
         if self.family == "sglang":
-            return f"call_{bits:032x}"[:29]
+            return sglang_call_id(bits)
         if self.family == "vllm":
-            return vllm.call_id(bits)
-        return f"chatcmpl-tool-{bits:032x}"
+            return vllm_call_id(bits)
+        return vllm_legacy_call_id(bits)
 
     def upstream_request(self, request: dict[str, Any]) -> dict[str, Any]:
         """The request as the vLLM server behind the API sees it: a dialect's thinking switch
@@ -132,10 +128,10 @@ class Qwen3Server:
     def encode_prompt(self, request: dict[str, Any]) -> list[int]:
         """The prompt ids the server renders for `request` (after `upstream_request`)."""
         if self.family == "sglang":
-            return sglang_encode_prompt(request, self.tok)
+            return sglang.encode_prompt(request, self.tok)
         if self.family == "vllm":
             return vllm.encode_prompt(request, self.tok)
-        return encode_prompt(request, self.tok)
+        return vllm_legacy.encode_prompt(request, self.tok)
 
     def serve_ids(self, request: dict[str, Any], ids: Sequence[int], truncated: bool,
                   stream: bool) -> _Served:
@@ -144,19 +140,19 @@ class Qwen3Server:
         prompt = self.encode_prompt(request)
         at_calls = None
         if self.family == "sglang":
-            out = sglang_decode_output(ids, self.tok, truncated)
+            out = sglang.decode_output(ids, self.tok, truncated)
             if stream:
-                streamed = sglang_stream(out, request)
+                streamed = sglang.stream(out, request)
                 parsed, at_calls = streamed.parsed, streamed.content_at_calls
             else:
-                parsed = sglang_parse(out, request)
+                parsed = sglang.parse(out, request)
             return _Served(prompt, parsed, _legacy_reasoning_tokens(ids, parsed, self.markers),
                            at_calls)
-        out = decode_output(ids, self.tok, truncated)
+        out = vllm_legacy.decode_output(ids, self.tok, truncated)
         if self.family == "vllm":
             answer = vllm.parse(out, ids, request, self.vocab, stream=stream, prompt_ids=prompt)
             return _Served(prompt, answer.parsed, answer.reasoning_tokens, None)
-        parsed = parse(out, request, self.markers, stream=stream, prompt_ids=prompt)
+        parsed = vllm_legacy.parse(out, request, self.markers, stream=stream, prompt_ids=prompt)
         return _Served(prompt, parsed, _legacy_reasoning_tokens(ids, parsed, self.markers), None)
 
     def answer(self, request: dict[str, Any], *, reasoning: str, content: str,
@@ -206,6 +202,40 @@ def _legacy_reasoning_tokens(ids: Sequence[int], parsed: Parsed, markers: Marker
     if markers.think_end in ids:
         return list(ids).index(markers.think_end) + 1
     return len(ids) if parsed.reasoning is not None and parsed.content is None else 0
+
+
+def model_ids(tok: Tokenizer, *, reasoning: str | None, content: str,
+              calls: Sequence[tuple[str, str]], stop: bool = True) -> list[int]:
+    """Ids of an answer written the way Qwen3 writes one (the chat template's layout), built
+    from segments: marker ids, and the BPE ids of the text between them. `reasoning` is the
+    think-block body without its surrounding newlines (None: thinking off, the prompt already
+    closed the block); `calls` are (name, arguments text as the model writes it).
+
+    Written independently of `format.Qwen3.assemble` (segment by segment, not one text), so an
+    emulator built on it checks reconstruction rather than agreeing with it by construction.
+    """
+    ids: list[int] = []
+    text = ""
+    if reasoning is not None:
+        ids.append(tok.token_id(THINK))
+        ids.extend(tok.encode_ordinary("\n" + reasoning + "\n"))
+        ids.append(tok.token_id(THINK_END))
+        text = "\n\n"
+    text += content
+    for k, (name, arguments) in enumerate(calls):
+        if k or content:
+            text += "\n"
+        if text:
+            ids.extend(tok.encode_ordinary(text))
+        ids.append(tok.token_id(TOOL_CALL))
+        ids.extend(tok.encode_ordinary(f'\n{{"name": "{name}", "arguments": {arguments}}}\n'))
+        ids.append(tok.token_id(TOOL_CALL_END))
+        text = ""
+    if text:
+        ids.extend(tok.encode_ordinary(text))
+    if stop:
+        ids.append(tok.token_id(IM_END))
+    return ids
 
 
 def make_server(tokenizer: Tokenizer) -> Qwen3Server:

@@ -34,13 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specregen.models.qwen3.hermes import ARGS, CALL_BLOCK, HermesStream
 from specregen.models.qwen3.render import render_with_template, template_text
-from specregen.models.qwen3.servers import (
-    Output,
-    Parsed,
-    RequestError,
-    ServerCall,
-)
+from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import (
     ADDED_TOKENS,
     IM_END,
@@ -50,20 +46,11 @@ from specregen.models.qwen3.tokens import (
     TOOL_CALL,
     TOOL_CALL_END,
 )
+from specregen.models.serverkit.stream import Output, Parsed, ServerCall
 from specregen.models.tokenizer import Tokenizer
 
 # `ChatCompletionRequest.reasoning_effort` (any other value is a 400).
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
-
-# vLLM's random tool-call ids: `chatcmpl-tool-` + the low 64 bits of a uuid4, 16 hex digits
-# (`utils.random_uuid`).
-CALL_ID_PREFIX = "chatcmpl-tool-"
-
-
-def call_id(bits: int) -> str:
-    """A tool-call id as 0.32 makes it, from random bits."""
-    return f"{CALL_ID_PREFIX}{bits & ((1 << 64) - 1):016x}"
-
 
 # ---------------------------------------------------------------------------------------------
 # Request side
@@ -389,10 +376,6 @@ def count_reasoning_tokens(ids: Sequence[int], vocab: Vocabulary, thinking: bool
 # Hermes
 
 
-_CALL_BLOCK = re.compile(re.escape(TOOL_CALL) + "(.*?)" + re.escape(TOOL_CALL_END) + "|"
-                         + re.escape(TOOL_CALL) + "(.*)", re.DOTALL)
-
-
 def hermes_extract(text: str) -> tuple[bool, tuple[ServerCall, ...], str | None]:
     """`Hermes2ProToolParser.extract_tool_calls`: (tools_called, calls, content).
 
@@ -404,7 +387,7 @@ def hermes_extract(text: str) -> tuple[bool, tuple[ServerCall, ...], str | None]
     if TOOL_CALL not in text:
         return False, (), text
     calls = []
-    for k, match in enumerate(_CALL_BLOCK.finditer(text)):
+    for k, match in enumerate(CALL_BLOCK.finditer(text)):
         body = match.group(1) or match.group(2) or ""
         try:
             value = json.loads(body)
@@ -418,53 +401,12 @@ def hermes_extract(text: str) -> tuple[bool, tuple[ServerCall, ...], str | None]
     return True, tuple(calls), content or None
 
 
-_NAME = re.compile(r'"name"\s*:\s*"([^"]+)"')
-_ARGS = re.compile(r'"arguments"\s*:\s*')
-
-
-def _tag_overlap(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `tag`."""
-    for k in range(min(len(text), len(tag) - 1), 0, -1):
-        if text.endswith(tag[:k]):
-            return k
-    return 0
-
-
-def _complete_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _call_regions(text: str) -> list[tuple[str, bool]]:
-    """Each `<tool_call>` region's body, stripped, and whether it is complete (closed, or
-    valid JSON as it stands); a partial `</tool_call>` at the end is left out."""
-    regions = []
-    pos = 0
-    while (start := text.find(TOOL_CALL, pos)) != -1:
-        body = start + len(TOOL_CALL)
-        end = text.find(TOOL_CALL_END, body)
-        if end != -1:
-            regions.append((text[body:end].strip(), True))
-            pos = end + len(TOOL_CALL_END)
-            continue
-        raw = text[body:]
-        if overlap := _tag_overlap(raw, TOOL_CALL_END):
-            raw = raw[:-overlap]
-        body_text = raw.strip()
-        regions.append((body_text, _complete_json(body_text) if body_text else False))
-        break
-    return regions
-
-
 def _stream_args(body: str, complete: bool) -> str | None:
     """0.32's `_extract_tool_args`: everything after the first `"arguments":` -- no brace
     matching, so keys after `arguments` (and a `name` written after it) are part of it; once
     the body is complete, the outer object's last `}` is cut off (with the whitespace around
     it)."""
-    match = _ARGS.search(body)
+    match = ARGS.search(body)
     if match is None:
         return None
     raw = body[match.end():]
@@ -473,49 +415,6 @@ def _stream_args(body: str, complete: bool) -> str | None:
         if raw.endswith("}"):
             raw = raw[:-1].rstrip()
     return raw
-
-
-class HermesStream:
-    """`Hermes2ProToolParser.extract_tool_calls_streaming`, re-run on the whole content text at
-    every step and diffed against what was sent: content before the first `<tool_call>`
-    (holding back an end that could start the tag; never sent if the stream ends there), a
-    call's name once `"name": "..."` is complete (a later call waits for the earlier call's
-    name), and its arguments' growth (only growth: text that gets shorter is not re-sent)."""
-
-    def __init__(self) -> None:
-        self.sent = 0
-        self.content: list[str] = []
-        self.names: list[str | None] = []
-        self.streamed: list[str] = []  # what the parser last took as each call's arguments
-        self.client: list[str] = []  # what the client added up, per call
-
-    def step(self, text: str) -> None:
-        if TOOL_CALL in text:
-            sendable = text.index(TOOL_CALL)
-        else:
-            sendable = len(text) - _tag_overlap(text, TOOL_CALL)
-        if sendable > self.sent:
-            self.content.append(text[self.sent:sendable])
-            self.sent = sendable
-        for i, (body, complete) in enumerate(_call_regions(text)):
-            if i >= len(self.names):
-                self.names.append(None)
-                self.streamed.append("")
-                self.client.append("")
-            if self.names[i] is None:
-                match = _NAME.search(body)
-                if match is None:
-                    break
-                self.names[i] = match.group(1)
-            args = _stream_args(body, complete)
-            if args is not None and len(args) > len(self.streamed[i]):
-                self.client[i] += args[len(self.streamed[i]):]
-                self.streamed[i] = args
-
-    def calls(self) -> tuple[ServerCall, ...]:
-        return tuple(ServerCall(name, args, i)
-                     for i, (name, args) in enumerate(zip(self.names, self.client, strict=True))
-                     if name is not None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -642,13 +541,7 @@ def _stream(out: Output, ids: Sequence[int], request: dict[str, Any], vocab: Voc
     finish = "length" if out.truncated else "stop"
     calls: tuple[ServerCall, ...] = ()
     if runs_hermes(request):
-        hermes = HermesStream()
-        text = ""
-        for piece in tail:
-            text += piece
-            hermes.step(text)
-        calls = hermes.calls()
-        content = "".join(hermes.content)
+        content, calls = HermesStream(_stream_args).run(tail)
     else:
         content = "".join(tail)
     if request.get("parallel_tool_calls") is False:
