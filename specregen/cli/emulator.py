@@ -9,8 +9,8 @@ import typer
 
 from specregen.console import make_console
 from specregen.emulator.app import ADMIN_TOKEN_ENV
-from specregen.emulator.config import ALL_PROFILES, EmulatorConfig
-from specregen.models.registry import DEFAULT_MODEL
+from specregen.emulator.config import EmulatorConfig, all_profiles
+from specregen.models.registry import DEFAULT_MODEL, bundled_tokenizer_folders
 
 console = make_console(stderr=True)
 
@@ -22,11 +22,12 @@ def emulator(
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port)")] = 8000,
     tokenizer: Annotated[
         str | None,
-        typer.Option(help="'mini', 'mini-qwen3', 'mini-k3', a tokenizer folder, or a hub id "
+        typer.Option(help=", ".join(repr(a) for a in bundled_tokenizer_folders())
+                          + ", a tokenizer folder, or a hub id "
                           "[default: the chat format's bundled test tokenizer]")
     ] = None,
     profile: Annotated[
-        str, typer.Option(help="Provider to imitate: " + ", ".join(ALL_PROFILES))
+        str, typer.Option(help="Provider to imitate: " + ", ".join(all_profiles()))
     ] = "openrouter",
     seed: Annotated[int, typer.Option(help="Seed of the model and of the fault sequence")] = 0,
     model: Annotated[
@@ -100,7 +101,7 @@ def emulator(
             raise typer.Exit(2)
     try:
         config = EmulatorConfig(
-            profile=profile,  # type: ignore[arg-type]
+            profile=profile,
             seed=seed,
             model=model,
             format=chat_format,

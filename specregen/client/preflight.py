@@ -88,8 +88,8 @@ def context_check(
     folder's `model_max_length`.
     """
     from specregen.models.registry import (
-        FORMATS,
         UnknownFormatError,
+        bundled_tokenizer_folders,
         get_format,
         tokenizer_env,
     )
@@ -127,7 +127,7 @@ def context_check(
         limit = model_max_length(spec)
     if limit is None:
         # A bundled test tokenizer states no length on purpose: nothing there to act on.
-        bundled = {entry.bundled_tokenizer for entry in FORMATS}
+        bundled = set(bundled_tokenizer_folders())
         log.log(
             logging.INFO if str(spec) in bundled else logging.WARNING,
             "tokenizer %s states no model_max_length: prompts are not checked against the"

@@ -6,9 +6,10 @@ benchmarks. Nothing here knows a model's markers: the model's chat format brings
 (`models/<format>/served.py`, found by `registry.get_server`), which turns what the model says
 into ids and returns them the way each provider's stack does.
 
-* `config.EmulatorConfig`: the profile (K2.5: openrouter | vllm (vLLM 0.32) | vllm-legacy |
-  vllm-k25 | sglang | sglang-noforce | moonshot | raw | stripped; Qwen3: vllm-hermes |
-  openrouter | sglang; Kimi K3: vllm-k3 | openrouter), seed,
+* `config.EmulatorConfig`: the profile (`config.all_profiles()`: the built-in ones, K2.5's:
+  openrouter | vllm (vLLM 0.32) | vllm-legacy | vllm-k25 | sglang | sglang-noforce | moonshot |
+  raw | stripped; then those the families' descriptors declare, e.g. Qwen3's vllm-hermes and
+  K3's vllm-k3; each family is served with the ones its descriptor names), seed,
   latency, fault rates, model knobs (answer shapes included), prices, key and credits, and the
   conversation mode (`conversations`, `divergence_rate`).
 * `generate`: request digests and seeds, the declared tools, the `WRITER` a served side writes

@@ -62,11 +62,19 @@ from specregen.emulator.profiles import (
     sse,
     stream_frames,
 )
-from specregen.emulator.served import SERVED_PROFILES, served_reply
+from specregen.emulator.served import served_reply
 from specregen.models.chat_format import FormatError
+from specregen.models.family import (
+    CompletionLike,
+    Generated,
+    GenerationLike,
+    IdServedSide,
+    ServedSide,
+)
 from specregen.models.registry import (
     DEFAULT_FORMAT,
     UnknownFormatError,
+    emulator_profiles,
     get_format,
     get_server,
     resolve_format_name,
@@ -95,17 +103,22 @@ class EmulatorState:
             self.format_name = DEFAULT_FORMAT
         self.fmt: Any = get_format(self.format_name, tokenizer)
         # The format's served side (models/<format>/served.py): one that writes the ids itself
-        # (`writes_ids`: K2.5, with its shape knobs) is asked for a generation per request and
+        # (`IdServedSide`: K2.5, with its shape knobs) is asked for a generation per request and
         # renders each profile's message; the others get the text from emulator/served.py.
-        self.server: Any = get_server(self.format_name, tokenizer)
-        if self.server is None:
+        server = get_server(self.format_name, tokenizer)
+        if server is None:
             raise ValueError(f"the {self.format_name} format has no served side to emulate")
-        self.writes_ids = bool(getattr(self.server, "writes_ids", False))
-        profiles = getattr(self.server, "profiles", SERVED_PROFILES)
+        self.server: ServedSide = server
+        self.id_server: IdServedSide | None = (server if isinstance(server, IdServedSide)
+                                               else None)
+        self.writes_ids = self.id_server is not None
+        # The profiles the family's descriptor says it is served with.
+        profiles = emulator_profiles(self.format_name)
         if config.profile not in profiles:
             raise ValueError(f"the {self.format_name} model is served with the profiles "
                              f"{', '.join(profiles)}, not {config.profile!r}")
-        self.model_name = getattr(self.server, "model_name", config.model)
+        self.model_name = (self.id_server.model_name if self.id_server is not None
+                           else config.model)
         self.spec = PROFILE_SPECS[config.profile]
         self.splitter = (
             BpeSplitter.for_tokenizer(tokenizer) if config.noncanonical_rate > 0 else None
@@ -115,7 +128,7 @@ class EmulatorState:
                               if config.conversations is not None else None)
         # Fixed per instance, so the same request gets the same body within a run.
         self.created = int(time.time())
-        self._cache: OrderedDict[bytes, Any] = OrderedDict()
+        self._cache: OrderedDict[bytes, Generated] = OrderedDict()
         self.reset()
 
     def reset(self) -> None:
@@ -141,16 +154,21 @@ class EmulatorState:
         return self.conversations.script(request, self.config.seed, self.config.divergence_rate)
 
     def generation(self, request: dict[str, Any], keys: RequestKeys) -> Any:
-        """The served side's generation for `request` (formats that write ids), cached."""
+        """The served side's generation for `request` (formats that write ids), cached: a
+        `Generated`, the served side's own type (K2.5's `Generation`: the fidelity bench hands
+        it back to the family's functions)."""
         cached = self._cache.get(keys.generation)
         if cached is not None:
             self._cache.move_to_end(keys.generation)
             return cached
+        server = self.id_server
+        if server is None:
+            raise TypeError(f"the {self.format_name} served side does not write its ids")
         server_prompt = None
         if self.spec.server is not None:
             # The ids the model saw are the server's rendering of the request, not ours.
-            server_prompt = self.server.server_prompt(self.spec.server, request)
-        gen = self.server.generate(request, self.config,
+            server_prompt = server.server_prompt(self.spec.server, request)
+        gen = server.generate(request, self.config,
                                    request_seed(self.config.seed, keys.generation), WRITER,
                                    self.splitter, server_prompt, self.script(request))
         self._cache[keys.generation] = gen
@@ -276,12 +294,15 @@ class ChatEndpoint:
             await self._early_fault(scope, receive, send, plan)
             return
 
+        completion: CompletionLike
+        gen: GenerationLike
         try:
-            if state.writes_ids:
-                gen = state.generation(request, keys)
-                completion = state.server.view(gen, _max_tokens(request))
-                message = state.server.message(state.spec, completion, gen, request,
-                                               stream=stream)
+            if state.id_server is not None:
+                generated: Generated = state.generation(request, keys)
+                gen = generated
+                completion = state.id_server.view(generated, _max_tokens(request))
+                message = state.id_server.message(state.spec, completion, generated, request,
+                                                  stream=stream)
             else:
                 message, completion, gen = served_reply(state.server, config, request,
                                                         keys.generation, _max_tokens(request),

@@ -9,15 +9,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from specregen.models.registry import DEFAULT_MODEL
+from specregen.models.registry import DEFAULT_MODEL, profile_specs
 
-Profile = Literal["openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce",
-                  "moonshot", "raw", "stripped", "vllm-hermes", "vllm-k3"]
-# The K2.5 profiles (emulator/generate.py + profiles.py).
+# An emulator profile's name: one of the built-in profiles (`PROFILES`) or one a family declares
+# (its descriptor's `profile_specs`, `models/<family>/family.py`).
+Profile = str
+# The built-in profiles, the default family's (K2.5: emulator/generate.py + profiles.py); the
+# other families are served with some of them (`openrouter`, `sglang`) and with their own.
 PROFILES: tuple[Profile, ...] = ("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang",
                                  "sglang-noforce", "moonshot", "raw", "stripped")
-# Every profile: also those of a format with its own served side (emulator/served.py).
-ALL_PROFILES: tuple[Profile, ...] = (*PROFILES, "vllm-hermes", "vllm-k3")
+
+
+def all_profiles() -> tuple[Profile, ...]:
+    """Every profile: the built-in ones, then those the registered families declare."""
+    declared = (spec.name for spec in profile_specs())
+    return tuple(dict.fromkeys((*PROFILES, *declared)))
+
 # The profiles that run our re-statement of the vLLM / SGLang parser and prompt code
 # (models/kimi_k25/vllm032.py, servers.py, serverside.py; docs/vllm-0.32.md,
 # docs/upstream-parsers.md). `vllm` is vLLM 0.32; `vllm-legacy` and `vllm-k25` are vLLM's Kimi
@@ -151,8 +158,9 @@ class EmulatorConfig:
     divergence_rate: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.profile not in ALL_PROFILES:
-            raise ValueError(f"profile {self.profile!r} is not one of {', '.join(ALL_PROFILES)}")
+        profiles = all_profiles()
+        if self.profile not in profiles:
+            raise ValueError(f"profile {self.profile!r} is not one of {', '.join(profiles)}")
         if self.latency not in ("fixed", "lognormal"):
             raise ValueError(f"latency {self.latency!r} is neither 'fixed' nor 'lognormal'")
         for name in _RATE_FIELDS:

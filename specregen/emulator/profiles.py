@@ -27,57 +27,22 @@ from __future__ import annotations
 import itertools
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring
-from typing import Any, Protocol
+from typing import Any
 
-from specregen.emulator.config import Profile
+from specregen.emulator.config import Profile, all_profiles
 from specregen.models.chat_format import ServedCall as OutCall
 from specregen.models.chat_format import ServedMessage as Message
+from specregen.models.family import CompletionLike, GenerationLike, ProfileSpec
+from specregen.models.family import profile_spec as _spec
+from specregen.models.registry import profile_specs
 
-
-class CompletionLike(Protocol):
-    """What the body needs of a completion as delivered: its ids and reasoning share."""
-
-    @property
-    def ids(self) -> Sequence[int]: ...
-
-    @property
-    def reasoning_tokens(self) -> int: ...
-
-
-class GenerationLike(Protocol):
-    """What the body needs of a generation: the prompt ids the model saw."""
-
-    @property
-    def prompt_ids(self) -> Sequence[int]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileSpec:
-    name: Profile
-    reasoning_field: str
-    parse_tools: bool  # structured `tool_calls` when the request sent `tools`
-    trim_tool_calls: bool  # the parser's `\s*` around ids and arguments
-    empty_content: str | None  # what an empty content is returned as
-    strip_markers: bool
-    openrouter: bool  # OpenRouter's extra fields, header and keep-alive comments
-    # The upstream parser family this profile runs (the format's served side knows it).
-    server: str | None
-    # A stream's first chunk carries `content: ""` beside the role whatever follows (vLLM
-    # 0.32's serving layer); else only when the message has content.
-    role_content: bool
-
-
-def _spec(name: Profile, reasoning_field: str, **kwargs: Any) -> ProfileSpec:
-    defaults: dict[str, Any] = dict(parse_tools=True, trim_tool_calls=True, empty_content=None,
-                                    strip_markers=False, openrouter=False, server=None,
-                                    role_content=False)
-    return ProfileSpec(name, reasoning_field, **{**defaults, **kwargs})
-
-
-PROFILE_SPECS: dict[Profile, ProfileSpec] = {
+# The built-in profiles (the default family's, K2.5's). A family's own profiles are declared by
+# its descriptor (`Family.profile_specs`, e.g. Qwen3's `vllm-hermes`, K3's `vllm-k3`: vLLM with
+# the format's parsers, emulator/served.py) and found through the registry.
+BUILTIN_PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "openrouter": _spec("openrouter", "reasoning", empty_content="", openrouter=True),
     "vllm": _spec("vllm", "reasoning", server="vllm", role_content=True),
     "vllm-legacy": _spec("vllm-legacy", "reasoning", server="vllm-legacy"),
@@ -88,11 +53,29 @@ PROFILE_SPECS: dict[Profile, ProfileSpec] = {
     "raw": _spec("raw", "reasoning_content", parse_tools=False, trim_tool_calls=False),
     "stripped": _spec("stripped", "reasoning", parse_tools=False, trim_tool_calls=False,
                       strip_markers=True),
-    # vLLM with a format's own parsers (emulator/served.py; Qwen3: qwen3 + hermes; Kimi K3:
-    # kimi_k3 + kimi_k3).
-    "vllm-hermes": _spec("vllm-hermes", "reasoning", role_content=True),
-    "vllm-k3": _spec("vllm-k3", "reasoning", role_content=True),
 }
+
+
+class _ProfileSpecs(Mapping[Profile, ProfileSpec]):
+    """The built-in profiles, then those the registered families declare (read at lookup, so a
+    family registered later is found)."""
+
+    def _all(self) -> dict[Profile, ProfileSpec]:
+        declared = {spec.name: spec for spec in profile_specs()}
+        return {**declared, **BUILTIN_PROFILE_SPECS}
+
+    def __getitem__(self, name: Profile) -> ProfileSpec:
+        spec = BUILTIN_PROFILE_SPECS.get(name)
+        return spec if spec is not None else self._all()[name]
+
+    def __iter__(self) -> Iterator[Profile]:
+        return iter(all_profiles())
+
+    def __len__(self) -> int:
+        return len(all_profiles())
+
+
+PROFILE_SPECS: Mapping[Profile, ProfileSpec] = _ProfileSpecs()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,13 @@
 found by `registry.get_server`): the emulator decides what the model says (textgen, seeded by
 the request), the format says how that becomes ids and what the server's parsers return.
 
-Profiles: `vllm-hermes` / `vllm-k3` (a vLLM server with the format's parsers, `reasoning`
-field; for Qwen3 and K3 vLLM 0.32; the served side names the profiles it is served with,
-`profiles`), `openrouter` (the same upstream behind OpenRouter: its `reasoning` request switch,
-response fields and usage with cost) and `sglang`. The body and stream framing are the
-emulator's own (`profiles.response_body` / `stream_frames`), shared with the K2.5 path.
+Profiles: the family's descriptor names those it is served with (`Family.emulator_profiles`)
+and declares its own (`Family.profile_specs`: Qwen3's `vllm-hermes`, K3's `vllm-k3`, a vLLM
+0.32 server with the format's parsers, `reasoning` field); the shared ones are `openrouter`
+(the same upstream behind OpenRouter: its `reasoning` request switch, response fields and usage
+with cost) and `sglang`. The served side picks the parsers per profile (`for_profile`). The body
+and stream framing are the emulator's own (`profiles.response_body` / `stream_frames`), shared
+with the K2.5 path.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.conversations import Script
 from specregen.emulator.generate import declared_tools, request_seed
 from specregen.emulator.profiles import Message, OutCall
-
-SERVED_PROFILES = ("vllm-hermes", "openrouter", "sglang")
+from specregen.models.family import ServedSide, TextServedSide
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +40,14 @@ class ServedGeneration:
     prompt_ids: tuple[int, ...]
 
 
-def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], key: bytes,
-                 max_tokens: int | None, script: Script | None = None
+def served_reply(server: ServedSide, config: EmulatorConfig, request: dict[str, Any],
+                 key: bytes, max_tokens: int | None, script: Script | None = None
                  ) -> tuple[Message, ServedView, ServedGeneration]:
     """One deterministic answer to `request` (`key`: the request's generation digest);
-    `script` (conversation mode) says what it holds besides the reasoning."""
+    `script` (conversation mode) says what it holds besides the reasoning. `server`: a served
+    side given the text (`TextServedSide`)."""
+    if not isinstance(server, TextServedSide):
+        raise TypeError(f"{type(server).__name__} writes its own ids; it is not given text")
     rng = random.Random(request_seed(config.seed, key))
     reasoning = textgen.prose(rng, _length(rng, config.reasoning_tokens_mean, config))
     content = textgen.answer(rng, _length(rng, config.content_tokens_mean, config))
@@ -58,14 +62,12 @@ def served_reply(server: Any, config: EmulatorConfig, request: dict[str, Any], k
             content = script.content
         elif calls:
             content = ""
-    if hasattr(server, "for_profile"):  # e.g. Qwen3's `sglang` profile: SGLang's parsers
-        server = server.for_profile(config.profile)
-    answer = server.answer(request, reasoning=reasoning, content=content, calls=calls,
+    served = server.for_profile(config.profile)  # e.g. Qwen3's `sglang`: SGLang's parsers
+    answer = served.answer(request, reasoning=reasoning, content=content, calls=calls,
                            max_tokens=max_tokens)
     # The server's random ids (vLLM 0.32: `chatcmpl-tool-` + 16 hex digits), drawn from the
     # seeded rng here.
-    out_calls = tuple(OutCall(server.call_id(rng.getrandbits(128)) if hasattr(
-        server, "call_id") else f"chatcmpl-tool-{rng.getrandbits(128):032x}", name, args)
+    out_calls = tuple(OutCall(served.call_id(rng.getrandbits(128)), name, args)
                       for name, args in answer.calls)
     message = Message(answer.reasoning, answer.content, out_calls, answer.finish_reason)
     return (message, ServedView(tuple(answer.ids), answer.reasoning_tokens),

@@ -14,8 +14,10 @@ Per sample (`check_sample`), each check either passes or gives a reason (check n
 - `arguments_json`, `arguments_schema`, `schema_invalid`: arguments are a JSON object
   (no NaN/Infinity) that satisfies the declared tool's parameters (quirks: `gate.schema`).
 - `name_declared`: the function is declared in `tools`, or in a glaive-style system prompt.
-- `tool_id_form`: ids are `functions.NAME:IDX`, NAME is the call's name, indices count on from
-  the conversation's earlier calls.
+- `tool_id_form`: ids follow the format's id rule (`ChatFormat.tool_id_problems`; the report
+  words it as the family's descriptor does, `Family.tool_id_rule`): K2.5's are
+  `functions.NAME:IDX`, NAME the call's name, indices counting on from the conversation's
+  earlier calls; Qwen3's and K3's are the server's (nothing in the tokens to check).
 - `marker_text`: no marker text of the format (`ChatFormat.find_marker_text`: tool-call
   markers, think tags) in reasoning, content or arguments.
 - `finish_reason`: `tool_calls` iff there are calls; `stop` with calls only when allowed;

@@ -38,7 +38,8 @@ CHECK_MEANINGS = {
     "arguments_schema": "arguments violate the declared tool's parameters",
     "schema_invalid": "the declared tool's parameters are not a usable schema",
     "name_declared": "the called function is not declared",
-    "tool_id_form": "an id is not `functions.NAME:IDX` with the conversation's index",
+    # The format's own words replace this (`Family.tool_id_rule`, set by `run_gate`).
+    "tool_id_form": "a call id breaks the format's id rule (`ChatFormat.tool_id_problems`)",
     "marker_text": "the format's marker strings written as text inside model text",
     "finish_reason": "`finish_reason` disagrees with the calls present",
     "usage_lengths": "token counts differ from `usage` beyond the tolerance",
@@ -70,13 +71,23 @@ class GateReport:
     # traits reconstruction used; None: no probe), named in the report with the samples each
     # touched.
     provider: dict[str, bool | None] | None = None
+    # What the format's `tool_id_form` check asks of an id, in words (its family's
+    # `tool_id_rule`): the Markdown's line for the check; not in the JSON.
+    tool_id_rule: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["tool_id_rule"]
+        return out
+
+    def check_meaning(self, check: str) -> str:
+        if check == "tool_id_form" and self.tool_id_rule:
+            return self.tool_id_rule
+        return CHECK_MEANINGS[check]
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
@@ -107,7 +118,18 @@ def run_gate(
             callback(sample, decision)
     report = tally.report(dataset)
     report.provider = dict(provider) if provider is not None else None
+    report.tool_id_rule = _tool_id_rule(fmt)
     return report
+
+
+def _tool_id_rule(fmt: ChatFormat) -> str | None:
+    """The family's words for its id rule (None: a format the registry does not know)."""
+    from specregen.models.registry import UnknownFormatError, tool_id_rule
+
+    try:
+        return tool_id_rule(fmt.name)
+    except UnknownFormatError:
+        return None
 
 
 # --- the tally --------------------------------------------------------------------------------
@@ -410,7 +432,7 @@ def render_markdown(report: GateReport) -> str:
         "",
         "| check | samples | share | fails when |",
         "|---|---:|---:|---|",
-        *(f"| `{c}` | {k:,} | {_share(k, n)} | {CHECK_MEANINGS[c]} |"
+        *(f"| `{c}` | {k:,} | {_share(k, n)} | {report.check_meaning(c)} |"
           for c, k in report.by_check.items()),
     ]
     lines += _transformations_section(report)

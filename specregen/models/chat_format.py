@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from specregen.errors import UsageError
-from specregen.models.tokenizer import Tokenizer
+from specregen.models.tokenizer_base import Tokenizer
 from specregen.records import Completion, ProviderTraits, ToolCall
 
 
@@ -219,13 +219,19 @@ def streamed_content_after_calls(fmt: ChatFormat) -> bool:
     return getattr(fmt, "streamed_content_after_calls", True) is not False
 
 
+# Each family package's descriptor module (`specregen.models.family.Family` as `FAMILY`).
+DESCRIPTOR_MODULE = "family.py"
+
+
 def package_files(package_dir: Path, *extra: Path,
                   exclude: frozenset[str] = frozenset()) -> tuple[Path, ...]:
     """Every source and template file of a format package, in a stable order; `exclude` names
     modules that do not decide the ids (the emulator's served side), so
-    editing them does not rerun reconstruction."""
+    editing them does not rerun reconstruction. The family's descriptor (`family.py`, read by
+    the registry: names and where things are) is never one of them."""
     files = sorted(p for p in package_dir.rglob("*") if p.suffix in (".py", ".jinja")
-                   and "__pycache__" not in p.parts and p.name not in exclude)
+                   and "__pycache__" not in p.parts and p.name not in exclude
+                   and p.name != DESCRIPTOR_MODULE)
     return (*files, *extra)
 
 
@@ -314,7 +320,9 @@ class ProbeRules(Protocol):
 
     Optional: `without_inserted_spaces(completion, *, thinking, streamed)`, the fields without
     the spaces a slow detokenizer puts around added tokens (None: they cannot carry them), for a
-    format that lists `spaces_around_added_tokens` in `extra_findings`.
+    format that lists `spaces_around_added_tokens` in `extra_findings`; `stop_token`, the name of
+    the token the model ends its answer with, for the probe's words about counting it (absent:
+    `<|im_end|>`).
     """
 
     id_form: str

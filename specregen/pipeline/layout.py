@@ -16,9 +16,11 @@ from specregen.store.manifest import files_fingerprint, fingerprint
 CHUNK = "chunk-{:05d}"
 
 # What reconstruction's output depends on besides the tokenizer and the chosen chat format's
-# own files (only that format's: editing another family's code reruns nothing).
+# own files (only that format's: editing another family's code reruns nothing). Not the
+# registry nor the families' descriptors: they name formats, and a new family's line in the
+# registry must not rerun every dataset of the others.
 _RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "logprobs.py", "models/tokenizer.py",
-                        "models/chat_format.py", "models/registry.py")
+                        "models/tokenizer_base.py", "models/chat_format.py")
 # Whole-conversation datasets (`turns: all`) are also built by these; single-turn ones are not,
 # so their fingerprints do not move when conversation code changes.
 _CONVERSATION_CODE = ("conversation/plan.py", "conversation/replay.py",
@@ -38,9 +40,13 @@ def reconstruction_code_fingerprint(format_name: str, *, conversations: bool = F
 
 
 def tokenizer_fingerprint(spec: str) -> str:
+    """The hash of the tokenizer's files: a folder's, or a bundled tokenizer's (`mini` and every
+    family's aliases, `registry.bundled_tokenizer_folders`), else the hub id's name."""
+    from specregen.models.registry import bundled_tokenizer_folders
     from specregen.models.tokenizer import MINI_TOKENIZER_DIR, TOKENIZER_FILES
 
-    folder = MINI_TOKENIZER_DIR if spec == "mini" else Path(spec).expanduser()
+    bundled = {"mini": MINI_TOKENIZER_DIR, **bundled_tokenizer_folders()}
+    folder = bundled.get(spec) or Path(spec).expanduser()
     if folder.is_dir():
         return files_fingerprint([folder / f for f in TOKENIZER_FILES if (folder / f).is_file()])
     return fingerprint("hub", spec)  # a hub id: the files behind it are pinned by the hub

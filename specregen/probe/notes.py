@@ -87,7 +87,7 @@ def profile_notes(
         notes.append("thinking on returned no reasoning (excluded, or the switch is ignored):"
                      " reconstruction will flag reasoning_missing")
     if findings is not None:
-        notes.extend(finding_notes(findings))
+        notes.extend(finding_notes(findings, rules))
     _id_notes(scenarios, notes, getattr(rules, "other_id_meaning", OTHER_ID_MEANING))
     _argument_notes(scenarios, notes)
     _count_notes(scenarios, notes, tokenizer)
@@ -177,10 +177,33 @@ FINDING_WORDS = {
 _ON_REQUEST = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
-def finding_notes(findings: ParserFindings) -> list[str]:
-    """One line per parser finding: what it is, and what the answers showed."""
+def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
+    """`FINDING_WORDS` in the format's terms (`rules`: its probe rules; None: K2.5's words): its
+    id form, its placeholder, its stop token (the rules' optional `stop_token`)."""
+    if rules is None:
+        return FINDING_WORDS
+    words = dict(FINDING_WORDS)
+    form = rules.id_form
+    renumbered = (form.replace("IDX", "{earlier calls + index}") if "IDX" in form
+                  else "the running count of earlier calls")
+    words["renumbers_tool_ids"] = (f"rebuilds tool-call ids as {renumbered}",
+                                   words["renumbers_tool_ids"][1])
+    if rules.placeholder is not None:
+        words["deletes_no_content"] = (
+            f"deletes the placeholder content `{rules.placeholder}` beside tool calls",
+            f"keeps the placeholder content `{rules.placeholder}`")
+    stop = getattr(rules, "stop_token", None)
+    if isinstance(stop, str):
+        words["counts_stop_token"] = (f"counts {stop} in usage.completion_tokens",
+                                      f"does not count {stop} in usage.completion_tokens")
+    return words
+
+
+def finding_notes(findings: ParserFindings, rules: ProbeRules | None = None) -> list[str]:
+    """One line per parser finding: what it is, and what the answers showed (`rules`: the
+    format's probe rules, for its words)."""
     out = []
-    for name, (yes, no) in FINDING_WORDS.items():
+    for name, (yes, no) in finding_words(rules).items():
         if name in _ON_REQUEST and name not in findings.evidence:
             continue
         value = getattr(findings, name)

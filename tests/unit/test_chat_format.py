@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from specregen.cli import app
 from specregen.gate import GateConfig, check_sample
 from specregen.models.chat_format import ChatFormat
+from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR
 from specregen.models.qwen3 import served as qserved
 from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import (
@@ -27,7 +28,7 @@ from specregen.models.registry import (
     format_source_files,
     get_format,
 )
-from specregen.models.tokenizer import MINI_QWEN3_TOKENIZER_DIR, load_tokenizer
+from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.store.token_samples import read_token_meta
 

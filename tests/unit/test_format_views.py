@@ -170,10 +170,14 @@ def test_probe_rules_come_from_the_format(qwen):
 
 
 def test_a_format_without_probe_rules_is_refused_before_any_request(monkeypatch):
-    import specregen.models.qwen3 as package
+    import dataclasses
 
-    # A package without `make_probe_rules` (every registered format has one today).
-    monkeypatch.delattr(package, "make_probe_rules")
+    from specregen.models import registry
+
+    # A family whose descriptor has no `make_probe_rules` (every registered one has today).
+    module = "specregen.models.qwen3.family"
+    bare = dataclasses.replace(registry.family("qwen3"), make_probe_rules=None)
+    monkeypatch.setitem(registry._loaded, module, bare)
     assert probe_rules("qwen3") is None
     cfg = EndpointConfig(base_url="http://127.0.0.1:9", model="Qwen/Qwen3-8B")
     assert cfg.format_name == "qwen3"

@@ -7,48 +7,110 @@ gate's K2.5 rules; tools_ts.py: K2.5's TypeScript-style tool declaration; chat_t
 the template written from the SPEC.
 """
 
-from specregen.models.kimi_k25.common import (
-    ARG_BEGIN,
-    CALL_BEGIN,
-    CALL_END,
-    CANONICAL_ID,
-    IM_ASSISTANT,
-    IM_END,
-    IM_MIDDLE,
-    IM_SYSTEM,
-    IM_USER,
-    SECTION_BEGIN,
-    SECTION_END,
-    THINK,
-    THINK_END,
-    TOOL_MARKERS,
-    Assembled,
-    count_history_tool_calls,
-    tojson,
-)
-from specregen.models.kimi_k25.format import (
-    DEFAULT_SYSTEM_PROMPT,
-    MEDIA_IMAGE,
-    READS_PROVIDER_TRAITS,
-    REQUIRED_TOKENS,
-    THINKING_SWITCH,
-    FormatError,
-    KimiK25,
-    RawToolSection,
-    ToolsFormat,
-    check_tokenizer,
-    find_tool_section,
-    has_marker_text,
-    make_format,
-    name_from_tool_id,
-    render_prompt_blocks,
-    render_prompt_text,
-    resolve_tool_id,
-    source_files,
-    tools_declaration,
-)
-from specregen.models.kimi_k25.probe import make_probe_rules
-from specregen.models.kimi_k25.readings import looks_stripped, reserialize_history_arguments
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specregen.models.kimi_k25.common import (
+        ARG_BEGIN,
+        CALL_BEGIN,
+        CALL_END,
+        CANONICAL_ID,
+        IM_ASSISTANT,
+        IM_END,
+        IM_MIDDLE,
+        IM_SYSTEM,
+        IM_USER,
+        SECTION_BEGIN,
+        SECTION_END,
+        THINK,
+        THINK_END,
+        TOOL_MARKERS,
+        Assembled,
+        count_history_tool_calls,
+        tojson,
+    )
+    from specregen.models.kimi_k25.format import (
+        DEFAULT_SYSTEM_PROMPT,
+        MEDIA_IMAGE,
+        READS_PROVIDER_TRAITS,
+        REQUIRED_TOKENS,
+        THINKING_SWITCH,
+        FormatError,
+        KimiK25,
+        RawToolSection,
+        ToolsFormat,
+        check_tokenizer,
+        find_tool_section,
+        has_marker_text,
+        make_format,
+        name_from_tool_id,
+        render_prompt_blocks,
+        render_prompt_text,
+        resolve_tool_id,
+        source_files,
+        tools_declaration,
+    )
+    from specregen.models.kimi_k25.probe import make_probe_rules
+    from specregen.models.kimi_k25.readings import (
+        looks_stripped,
+        reserialize_history_arguments,
+    )
+
+# Where each name lives: loading the package (the registry reads its `family` descriptor)
+# imports none of the family's code until a name is asked for.
+_WHERE = {
+    "ARG_BEGIN": "common",
+    "CALL_BEGIN": "common",
+    "CALL_END": "common",
+    "CANONICAL_ID": "common",
+    "IM_ASSISTANT": "common",
+    "IM_END": "common",
+    "IM_MIDDLE": "common",
+    "IM_SYSTEM": "common",
+    "IM_USER": "common",
+    "SECTION_BEGIN": "common",
+    "SECTION_END": "common",
+    "THINK": "common",
+    "THINK_END": "common",
+    "TOOL_MARKERS": "common",
+    "Assembled": "common",
+    "count_history_tool_calls": "common",
+    "tojson": "common",
+    "DEFAULT_SYSTEM_PROMPT": "format",
+    "MEDIA_IMAGE": "format",
+    "READS_PROVIDER_TRAITS": "format",
+    "REQUIRED_TOKENS": "format",
+    "THINKING_SWITCH": "format",
+    "FormatError": "format",
+    "KimiK25": "format",
+    "RawToolSection": "format",
+    "ToolsFormat": "format",
+    "check_tokenizer": "format",
+    "find_tool_section": "format",
+    "has_marker_text": "format",
+    "make_format": "format",
+    "name_from_tool_id": "format",
+    "render_prompt_blocks": "format",
+    "render_prompt_text": "format",
+    "resolve_tool_id": "format",
+    "source_files": "format",
+    "tools_declaration": "format",
+    "make_probe_rules": "probe",
+    "looks_stripped": "readings",
+    "reserialize_history_arguments": "readings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ARG_BEGIN",

@@ -19,6 +19,7 @@ from typing import Any
 
 from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
 from specregen.models.kimi_k3.completion import parse_calls
+from specregen.models.kimi_k3.encoding import END_OF_MSG
 from specregen.models.kimi_k3.format import (
     THINK_CLOSE,
     THINKING_SWITCH,
@@ -41,6 +42,7 @@ class KimiK3ProbeRules:
     id_form = "server"  # the model writes no id: every id is the server's
     placeholder: str | None = None
     reasoning_end = THINK_CLOSE
+    stop_token = END_OF_MSG  # the probe's words for `counts_stop_token`
     thinking_switch = THINKING_SWITCH
     # `KimiK3.assemble` flags that say the assembled text is a guess: non-string arguments
     # re-dumped by the server (their spelling as written is assumed), arguments that are no

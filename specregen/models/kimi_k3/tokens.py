@@ -17,8 +17,8 @@ from typing import Any
 
 from specregen.models.kimi_k3.encoding import CLOSE, END_OF_MSG, OPEN, SEP, Segment
 from specregen.models.tokenizer import (
+    ASSETS_DIR,
     KIMI_PAT_STR,
-    MINI_K3_TOKENIZER_DIR,
     MINI_TOKENIZER_DIR,
     Tokenizer,
     TokenizerError,
@@ -146,6 +146,10 @@ def write_tokenizer_folder(dest: Path, ranks: Path, *, link: bool = False,
                                                 + "\n", encoding="utf-8")
     return dest
 
+
+# The mini ranks under K3's added-token table (`write_mini`): `mini-k3` (the family's
+# descriptor, family.py, names the same folder).
+MINI_K3_TOKENIZER_DIR = ASSETS_DIR / "mini_k3_tokenizer"
 
 MINI_NOTE = (
     "specregen mini K3 tokenizer: NOT Kimi's real vocabulary. The 4096-rank BPE of the bundled "
