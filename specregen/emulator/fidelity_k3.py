@@ -369,7 +369,7 @@ def serve(server: KimiK3Server, profile: str, request: dict[str, Any], ids: list
     """The body a client ends up with when the model wrote `ids` for `request`: the served
     side's `answer_ids`, then the emulator's `response_body` / `stream_frames` and the
     client's SSE assembly."""
-    spec = PROFILE_SPECS[profile]  # type: ignore[index]
+    spec = PROFILE_SPECS[profile]
     answer = server.answer_ids(spec, request, ids, max_tokens, stream, seed=index)
     meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
                         provider="emulator", price_prompt=0.0, price_completion=0.0)

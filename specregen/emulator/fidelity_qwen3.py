@@ -349,7 +349,7 @@ def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[
                       content_at_calls=served.content_at_calls or None)
     view = ServedView(tuple(ids), served.reasoning_tokens)
     gen = ServedGeneration(tuple(served.prompt))
-    spec = PROFILE_SPECS[profile]  # type: ignore[index]
+    spec = PROFILE_SPECS[profile]
     meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
                         provider="emulator", price_prompt=0.0, price_completion=0.0)
     if not stream:

@@ -112,7 +112,7 @@ def ask_emulator(spec: RealVllmSpec, tok: Tokenizer, case: RealCase, body: dict[
     server = get_server(spec.format_name, tok)
     if server is None:  # every real-vLLM spec names a format with a served side
         raise ValueError(f"the {spec.format_name} format has no served side to emulate")
-    profile = PROFILE_SPECS[spec.emulator_profile]  # type: ignore[index]
+    profile = PROFILE_SPECS[spec.emulator_profile]
     stream = body.get("stream") is True
     answer = server.answer_ids(profile, body, case.ids, case.max_tokens, stream, seed=index)
     meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=body["model"],

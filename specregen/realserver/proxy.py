@@ -76,7 +76,7 @@ class ScriptingProxy:
     def for_server(cls, server: VllmServer, tok: Tokenizer, **knobs: Any) -> ScriptingProxy:
         """`knobs`: the emulator model's settings (`EmulatorConfig` fields: seed, shape
         rates, conversations, ...)."""
-        config = EmulatorConfig(profile=server.spec.emulator_profile,  # type: ignore[arg-type]
+        config = EmulatorConfig(profile=server.spec.emulator_profile,
                                 format=server.spec.format_name,
                                 model=server.spec.served_model_name, **knobs)
         return cls(server, EmulatorState(config, tok))
