@@ -165,22 +165,24 @@ def test_stall_is_an_idle_timeout_and_steady_keepalives_are_not(path):
     async def script(writer, body, headers):
         writer.write(stream_head())
         writer.write(chunked(sse([chunk({"content": "a"})], done=False)))
-        for _ in range(6):  # 0.6 s of keep-alives, idle is 0.3 s
+        # 1.2 s of keep-alives 0.1 s apart against an idle timeout of 1 s: a loaded machine
+        # may stretch a gap, not tenfold; the stall is three times the timeout.
+        for _ in range(12):
             await writer.drain()
             await asyncio.sleep(0.1)
             writer.write(chunked(b": ping\n\n"))
         if body["model"] == "stall":
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(3.0)
         writer.write(chunked(sse([chunk({}, finish="stop")])) + b"0\r\n\r\n")
         return True
 
-    (steady,), _ = attempt(script, path, timeouts={"idle": 0.3})
-    assert steady.status == "ok" and steady.latency_s > 0.5
+    (steady,), _ = attempt(script, path, timeouts={"idle": 1.0})
+    assert steady.status == "ok" and steady.latency_s > 1.1
 
     async def stall(writer, body, headers):
         return await script(writer, {"model": "stall"}, headers)
 
-    (stalled,), _ = attempt(stall, path, timeouts={"idle": 0.3})
+    (stalled,), _ = attempt(stall, path, timeouts={"idle": 1.0})
     assert (stalled.error_class, stalled.kind) == ("idle_timeout", "retryable")
 
 
