@@ -456,7 +456,9 @@ class _BatchRun:
                                      or tries >= self.cfg.retry.max_attempts)
         cost = usage_cost(result.response, self.cfg.prices, "batch")
         realtime = realtime_equivalent(result.response, cost, self.cfg.prices, "batch")
-        request = scrub_obj(storable_request(job.body), self.key) if final and job else None
+        request = None
+        if final and job is not None:
+            request = scrub_obj(storable_request(job.body), self.key)
         # A batch result keeps its response even when not final (what was paid for).
         record = attempt_record(
             sample_id, fingerprint, attempt, result, cost=cost, final=final, request=request,

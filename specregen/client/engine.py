@@ -10,6 +10,7 @@ The engine puts the run's parts together; each has its module:
 * client/feeder.py -- whole conversations: each next request once the previous answer is
   durable.
 * client/recording.py -- raw-log records and their durability (shared with batch mode).
+* client/reporting.py -- live progress snapshots.
 
 Shape of a run:
 
@@ -64,8 +65,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any
@@ -78,6 +77,7 @@ from specregen.client.feeder import Check, ConversationFeeder
 from specregen.client.limits import RequestLimiter
 from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.recording import RecordWriter, attempt_record, write_rejects
+from specregen.client.reporting import PROGRESS_INTERVAL, Progress, Reporter
 from specregen.client.request import admit, storable_request
 from specregen.client.scheduler import Job, RateLimiter, Scheduler, backoff_delay
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
@@ -99,11 +99,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# The progress callback is called at most this often (seconds), plus once at the end.
-PROGRESS_INTERVAL = 0.25
-# Rates shown in progress are measured over this trailing window (seconds).
-RATE_WINDOW = 10.0
-
 
 async def run_inference(
     prompts: Iterable[Prompt],
@@ -111,7 +106,7 @@ async def run_inference(
     log: RawLog,
     *,
     api_key: ApiKey | str | None,
-    progress: Callable[[ProgressSnapshot], Any] | None = None,
+    progress: Progress | None = None,
     retry_failed: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,
     progress_interval: float = PROGRESS_INTERVAL,
@@ -182,7 +177,6 @@ class _Run:
         self.unreachable: AttemptResult | None = None
         self.internal_error: BaseException | None = None
         self.rpm = RateLimiter(cfg.requests_per_minute) if cfg.requests_per_minute else None
-        self.finished_requests = 0
         self._seen: set[str] = set()
         self._history = LogHistory()
         self._source: Iterator[Prompt] = iter(())
@@ -193,14 +187,14 @@ class _Run:
             cfg, self._history, self.summary, self.writer, self._reject, key=key,
             retry_failed=retry_failed, chat_format=chat_format, prompt_check=prompt_check,
             followup_check=followup_check)
-        self._rates: deque[tuple[float, int, int]] = deque()
+        self.reporter = Reporter(self.summary, self.scheduler, self.feeder)
 
     # -- the run ---------------------------------------------------------------------------
 
     async def execute(
         self,
         prompts: Iterable[Prompt],
-        progress: Callable[[ProgressSnapshot], Any] | None,
+        progress: Progress | None,
         interval: float,
     ) -> InferenceSummary:
         cfg = self.cfg
@@ -218,7 +212,8 @@ class _Run:
             HTTPClient(limits=limits, transport=self.transport, verify=tls)
             for _ in range(cfg.shards)
         ]
-        reporter = asyncio.create_task(self._report(progress, interval)) if progress else None
+        reporter = (asyncio.create_task(self.reporter.every(progress, interval))
+                    if progress else None)
         try:
             async with asyncio.TaskGroup() as group:
                 for worker in range(cfg.concurrency):
@@ -243,7 +238,7 @@ class _Run:
             await write_rejects(self.log, self.rejects, self.summary)
         self._finish_summary()
         if progress is not None:
-            self._call_progress(progress)
+            self.reporter.call(progress)
         if self.writer.error is not None:
             raise self.writer.error
         if self.internal_error is not None:
@@ -397,7 +392,7 @@ class _Run:
             return await send(client, self.cfg, body, self.key)
         finally:
             self.scheduler.flight(-1)
-            self.finished_requests += 1
+            self.reporter.finished_requests += 1
 
     def _written(self, final_status: str | None, job: Job | None,
                  response: dict[str, Any] | None, future: asyncio.Future[None]) -> None:
@@ -436,46 +431,7 @@ class _Run:
             self.internal_error = error
         self._stop("error")
 
-    # -- reporting -------------------------------------------------------------------------
-
-    def snapshot(self) -> ProgressSnapshot:
-        now = time.monotonic()
-        self._rates.append((now, self.finished_requests, self.summary.completion_tokens))
-        while len(self._rates) > 2 and now - self._rates[1][0] >= RATE_WINDOW:
-            self._rates.popleft()
-        then, requests, tokens = self._rates[0]
-        if now - then < 1e-6:
-            then, requests, tokens = self.scheduler.started, 0, 0
-        span = max(now - then, 1e-6)
-        return ProgressSnapshot(
-            done=self.summary.done,
-            failed=self.summary.failed,
-            in_flight=self.scheduler.in_flight,
-            requests_per_s=(self.finished_requests - requests) / span,
-            tokens_per_s=(self.summary.completion_tokens - tokens) / span,
-            cost_usd=self.summary.cost_usd,
-            # Prompts skipped; a conversation's requests answered from the log are not items
-            # of the progress (its conversation is, once it stops).
-            skipped=self.summary.skipped - self.feeder.replayed,
-            requests_sent=self.summary.requests_sent,
-            retries=self.summary.retries,
-            elapsed_s=now - self.scheduler.started,
-            completion_tokens=self.summary.completion_tokens,
-            conversations=self.summary.conversations,
-            conversations_done=sum(self.feeder.stops.values()),
-            conversation_requests_done=self.feeder.answers,
-        )
-
-    def _call_progress(self, progress: Callable[[ProgressSnapshot], Any]) -> None:
-        try:
-            progress(self.snapshot())
-        except Exception:
-            log.exception("progress callback failed; the run goes on")
-
-    async def _report(self, progress: Callable[[ProgressSnapshot], Any], interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            self._call_progress(progress)
+    # -- the outcome -----------------------------------------------------------------------
 
     def _finish_summary(self) -> None:
         s = self.summary
