@@ -5,14 +5,10 @@ and `request_fingerprint` (request) define what is asked and how it is identifie
 """
 
 from specregen.client.config import ConfigError, EndpointConfig
-from specregen.client.engine import (
-    FatalAPIError,
-    InferenceSummary,
-    ProgressSnapshot,
-    run_inference,
-)
+from specregen.client.engine import run_inference
 from specregen.client.request import build_request, request_fingerprint
 from specregen.client.secrets import ApiKey
+from specregen.client.summary import FatalAPIError, InferenceSummary, ProgressSnapshot
 from specregen.client.transport import AttemptResult, send
 
 __all__ = [

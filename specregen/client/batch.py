@@ -38,32 +38,22 @@ from typing import Any
 
 import httpx
 
+from specregen.client.accounting import Accounting
 from specregen.client.batch_api import BatchAPI, BatchAPIError, BatchInfo
 from specregen.client.config import EndpointConfig
 from specregen.client.cost import CostView, realtime_equivalent, usage_cost
-from specregen.client.engine import (
-    FatalAPIError,
-    InferenceSummary,
-    ProgressSnapshot,
-    _lift_token_ids,
-    run_inference,
-)
+from specregen.client.engine import run_inference
+from specregen.client.recording import attempt_record, text_field, write_rejects
 from specregen.client.request import (
     TRANSPORT_FIELDS,
     admit,
     storable_request,
 )
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
+from specregen.client.summary import FatalAPIError, InferenceSummary, ProgressSnapshot
 from specregen.client.transport import classify_status, judge_body
 from specregen.records import Prompt
-from specregen.store.rawlog import (
-    FINAL_ANSWER,
-    AttemptRecord,
-    LogHistory,
-    RawLog,
-    RejectRecord,
-    utc_now_iso,
-)
+from specregen.store.rawlog import FINAL_ANSWER, LogHistory, RawLog, RejectRecord, utc_now_iso
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +213,8 @@ class _BatchRun:
         self.retry_failed = retry_failed
         self.transport = transport
         self.summary = BatchSummary()
-        self.cost = CostView()
+        self.accounting = Accounting(self.summary, cfg, "batch")
+        self.cost = self.accounting.cost
         self.rejects: list[RejectRecord] = []
         self.prompt_check: Callable[[Prompt, dict[str, Any]], str | None] | None = None
         self.should_stop: Callable[[], str | None] | None = None
@@ -266,7 +257,7 @@ class _BatchRun:
                 raise
             finally:
                 await self.log.flush()
-                await self._write_rejects()
+                await write_rejects(self.log, self.rejects, self.summary, strict=True)
         total = await asyncio.to_thread(self._log_view)
         self._finish(total)
         return self.summary
@@ -327,7 +318,7 @@ class _BatchRun:
             if self._stopping():
                 self.summary.abandoned += len(chunk)
                 continue
-            affordable = self._affordable(len(chunk))
+            affordable = self.accounting.affordable(len(chunk), self._open_requests())
             if affordable < len(chunk):
                 self._stop("budget")
                 self.summary.abandoned += len(chunk) - affordable
@@ -373,24 +364,6 @@ class _BatchRun:
         if current:
             chunks.append(current)
         return chunks
-
-    def _affordable(self, n: int) -> int:
-        budget = self.cfg.budget_usd
-        if budget is None:
-            return n
-        per = self._projected_per_request()
-        if per <= 0:
-            return n
-        committed = self.cost.spent_usd + self._open_requests() * per
-        return max(0, min(n, int((budget - committed) / per)))
-
-    def _projected_per_request(self) -> float:
-        if self.cost.answered:
-            return self.cost.per_request
-        prices, max_tokens = self.cfg.prices, self.cfg.sampling.max_tokens
-        if prices is not None and max_tokens is not None:
-            return max_tokens * prices.completion_per_million / 1e6 * prices.factor("batch")
-        return 0.0
 
     # -- polling and results ---------------------------------------------------------------
 
@@ -483,31 +456,21 @@ class _BatchRun:
                                      or tries >= self.cfg.retry.max_attempts)
         cost = usage_cost(result.response, self.cfg.prices, "batch")
         realtime = realtime_equivalent(result.response, cost, self.cfg.prices, "batch")
-        usage = result.response.get("usage") if isinstance(result.response, dict) else None
-        record = AttemptRecord(
-            sample_id=sample_id, fingerprint=fingerprint, attempt=attempt,
-            status=result.status, final=final, error_class=result.error_class,
-            error_message=scrub_text(result.error_message, self.key)
-            if result.error_message else None,
-            latency_s=None, http_status=status_code if isinstance(status_code, int) else None,
-            provider=_str(result.response, "provider"), model=_str(result.response, "model"),
-            generation_id=_str(result.response, "id"),
-            usage=usage if isinstance(usage, dict) else None, cost_usd=cost,
-            created_at=utc_now_iso(),
-        )
+        request = None
         if final and job is not None:
-            record.request = scrub_obj(storable_request(job.body), self.key)
-            if result.response is not None:
-                stored, reference, prompt_ids = _lift_token_ids(result.response)
-                record.response = scrub_obj(stored, self.key)
-                record.reference_completion_ids = reference
-                record.prompt_token_ids = prompt_ids
-        elif result.response is not None:
-            record.response = scrub_obj(result.response, self.key)
+            request = scrub_obj(storable_request(job.body), self.key)
+        # A batch result keeps its response even when not final (what was paid for).
+        record = attempt_record(
+            sample_id, fingerprint, attempt, result, cost=cost, final=final, request=request,
+            key=self.key, latency_s=None,
+            http_status=status_code if isinstance(status_code, int) else None,
+            generation_id=text_field(result.response, "id"), keep_response=True,
+        )
         self.log.submit(record)
         self.history.last_attempt[key] = attempt
-        self.cost.add(cost, realtime)
-        self._account(result, final)
+        self.accounting.attempt(result, cost, realtime)
+        if final:
+            self.accounting.final(result.status)
         if final or job is None:
             self.jobs.pop(cid, None)
             return None
@@ -515,25 +478,6 @@ class _BatchRun:
         job.attempt = attempt + 1
         self.summary.retries += 1
         return job
-
-    def _account(self, result: Any, final: bool) -> None:
-        s = self.summary
-        if result.error_class:
-            s.errors[result.error_class] = s.errors.get(result.error_class, 0) + 1
-        if final:
-            if result.status == "ok":
-                s.ok += 1
-            elif result.status == "truncated":
-                s.truncated += 1
-            else:
-                s.failed += 1
-        usage = result.response.get("usage") if isinstance(result.response, dict) else None
-        if result.final_answer and isinstance(usage, dict):
-            s.prompt_tokens += _int(usage.get("prompt_tokens"))
-            s.completion_tokens += _int(usage.get("completion_tokens"))
-            details = usage.get("completion_tokens_details")
-            if isinstance(details, dict):
-                s.reasoning_tokens += _int(details.get("reasoning_tokens"))
 
     # -- realtime fallback -----------------------------------------------------------------
 
@@ -556,18 +500,8 @@ class _BatchRun:
             self.jobs.pop(job.custom_id, None)
 
     def _merge(self, sub: InferenceSummary) -> None:
-        s = self.summary
         self.realtime_requests += sub.requests_sent
-        for name in ("ok", "truncated", "failed", "abandoned", "retries",
-                     "prompt_tokens", "completion_tokens", "reasoning_tokens"):
-            setattr(s, name, getattr(s, name) + getattr(sub, name))
-        s.cost_usd += sub.cost_usd
-        self.cost.spent_usd += sub.cost_usd
-        self.cost.realtime_usd += sub.cost_usd
-        for name, count in sub.errors.items():
-            s.errors[name] = s.errors.get(name, 0) + count
-        if sub.stopped_reason and not s.stopped_reason:
-            s.stopped_reason = sub.stopped_reason
+        self.accounting.merge(sub)
 
     # -- stopping, reporting ---------------------------------------------------------------
 
@@ -593,12 +527,6 @@ class _BatchRun:
         self._finish()
         return FatalAPIError(message, error_class="batch_api", http_status=exc.status,
                              summary=self.summary)
-
-    async def _write_rejects(self) -> None:
-        self.summary.rejected = len(self.rejects)
-        self.summary.rejects = [r.as_dict() for r in self.rejects]
-        if self.rejects:
-            await asyncio.to_thread(self.log.write_rejects, self.rejects)
 
     def _report(self) -> None:
         if self.progress is None:
@@ -679,15 +607,6 @@ def _error_class(error: Any, status: Any) -> str:
     if isinstance(status, int):
         return classify_status(status)[0]
     return "batch_error"
-
-
-def _str(body: Any, name: str) -> str | None:
-    value = body.get(name) if isinstance(body, dict) else None
-    return value if isinstance(value, str) else None
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 __all__ = ["BatchProgress", "BatchSummary", "Ledger", "custom_id", "run_batch_inference"]

@@ -17,20 +17,21 @@ from specregen.client.config import Prices
 DEFAULT_BATCH_DISCOUNT = Prices.model_fields["batch_discount"].default
 
 
-def _int(value: Any) -> int:
+def as_count(value: Any) -> int:
+    """A usage count: an int as given, anything else (missing, bool, float) 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def cached_tokens(usage: dict[str, Any]) -> int:
     details = usage.get("prompt_tokens_details")
-    return _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return as_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
 
 
 def priced(usage: dict[str, Any], prices: Prices, mode: str = "realtime") -> float:
     """USD of `usage` at `prices` in `mode` (realtime or batch)."""
-    prompt = _int(usage.get("prompt_tokens"))
+    prompt = as_count(usage.get("prompt_tokens"))
     cached = min(prompt, cached_tokens(usage))
-    completion = _int(usage.get("completion_tokens"))
+    completion = as_count(usage.get("completion_tokens"))
     cached_price = prices.cached_prompt_per_million
     if cached_price is None:
         cached_price = prices.prompt_per_million

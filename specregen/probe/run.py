@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 
+from specregen.client.accounting import response_cost
 from specregen.client.config import EndpointConfig
-from specregen.client.engine import backoff_delay, response_cost
 from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.request import build_request
+from specregen.client.scheduler import backoff_delay
 from specregen.client.secrets import ApiKey, scrub_text
 from specregen.client.transport import AttemptResult, send
 from specregen.errors import EXIT_AUTH, EXIT_USAGE, SpecregenError
