@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -25,6 +26,36 @@ from specregen.models.chat_format import (
     ServedMessage,
 )
 from specregen.models.tokenizer_base import Tokenizer
+
+# -- imports on call -----------------------------------------------------------------------------
+
+
+def lazy(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported on the first call: a descriptor's parts (a run imports only the
+    chosen family's code)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(import_module(module), name)(*args, **kwargs)
+
+    call.__qualname__ = call.__name__ = f"{module}.{name}"
+    return call
+
+
+def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's module `__getattr__` (PEP 562) that imports each exported name from the
+    module `where` names, on first use: reading a family's descriptor imports nothing else of
+    it, and its names stay importable from the package."""
+
+    def __getattr__(name: str) -> Any:
+        module = where.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{package}.{module}"), name)
+        setattr(import_module(package), name, value)
+        return value
+
+    return __getattr__
+
 
 # -- emulator profiles ---------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ the template written from the SPEC.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specregen.models.family import lazy_exports
 
 if TYPE_CHECKING:
     from specregen.models.kimi_k25.common import (
@@ -104,13 +105,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 __all__ = [
     "ARG_BEGIN",

@@ -7,66 +7,32 @@ reconstruct fingerprint (`chat_format.package_files` leaves every family's `fami
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, cast
 
-from specregen.models.chat_format import ChatFormat, ProbeRules, RealVllmSpec
-from specregen.models.family import Family, ServedSide, profile_spec
-from specregen.models.tokenizer_base import ASSETS_DIR, Tokenizer
+from specregen.models.family import Family, lazy, profile_spec
+from specregen.models.tokenizer_base import ASSETS_DIR
 
 # The mini ranks under Kimi K3's added-token table (tokens.py `write_mini`): `mini-k3`.
 MINI_K3_TOKENIZER_DIR = ASSETS_DIR / "mini_k3_tokenizer"
 
-
-def make_format(tokenizer: Tokenizer, **options: Any) -> ChatFormat:
-    from specregen.models.kimi_k3.format import make_format
-
-    # A ChatFormat, but for mypy: its `default_system_prompt` is the class constant None, held
-    # invariant against the protocol's `str | None`.
-    return cast(ChatFormat, make_format(tokenizer, **options))
-
-
-def source_files() -> tuple[Path, ...]:
-    from specregen.models.kimi_k3.format import source_files
-
-    return source_files()
-
-
-def make_probe_rules() -> ProbeRules:
-    from specregen.models.kimi_k3.probe import make_probe_rules
-
-    return make_probe_rules()
-
-
-def make_server(tokenizer: Tokenizer) -> ServedSide:
-    from specregen.models.kimi_k3.served import make_server
-
-    return make_server(tokenizer)
-
-
-def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
-    from specregen.models.kimi_k3.realvllm import real_vllm_spec
-
-    return real_vllm_spec(tokenizer_dir)
-
+_PACKAGE = __name__.rpartition(".")[0]
 
 FAMILY = Family(
     name="kimi-k3",
     models=re.compile(r"(?:^|/)kimi-k3(?![\w.])", re.IGNORECASE),
     thinking_switch="thinking",
-    make_format=make_format,
-    source_files=source_files,
+    make_format=lazy(f"{_PACKAGE}.format", "make_format"),
+    source_files=lazy(f"{_PACKAGE}.format", "source_files"),
     bundled_tokenizers={"mini-k3": MINI_K3_TOKENIZER_DIR},
     tokenizer_env="KIMI_K3_TOKENIZER_DIR",
     # Reconstruction reads the probe's `counts_stop_token`; the probe also refuses a tool-call
     # dataset whose calls come back unrecoverable before anything is paid.
     reads_provider_traits=True,
-    make_probe_rules=make_probe_rules,
-    make_server=make_server,
+    make_probe_rules=lazy(f"{_PACKAGE}.probe", "make_probe_rules"),
+    make_server=lazy(f"{_PACKAGE}.served", "make_server"),
     # vLLM 0.32 with the kimi_k3 parsers (its own profile), OpenRouter in front of one.
     emulator_profiles=("vllm-k3", "openrouter"),
     profile_specs=(profile_spec("vllm-k3", "reasoning", role_content=True),),
-    real_vllm_spec=real_vllm_spec,
+    real_vllm_spec=lazy(f"{_PACKAGE}.realvllm", "real_vllm_spec"),
     fidelity_corpus="specregen.emulator.fidelity_k3",
     tool_id_rule="an id breaks the format's id rule (K3's ids are the server's: none is"
                  " written by the model)",

@@ -7,8 +7,9 @@ Self-contained: nothing here imports the Kimi modules or the emulator. `vllm`, `
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specregen.models.family import lazy_exports
 
 if TYPE_CHECKING:
     from specregen.models.qwen3.format import (
@@ -84,13 +85,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 __all__ = [
     "ADDED_IDS",

@@ -7,66 +7,32 @@ reconstruct fingerprint (`chat_format.package_files` leaves every family's `fami
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, cast
 
-from specregen.models.chat_format import ChatFormat, ProbeRules, RealVllmSpec
-from specregen.models.family import Family, ServedSide, profile_spec
-from specregen.models.tokenizer_base import ASSETS_DIR, Tokenizer
+from specregen.models.family import Family, lazy, profile_spec
+from specregen.models.tokenizer_base import ASSETS_DIR
 
 # The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`.
 MINI_QWEN3_TOKENIZER_DIR = ASSETS_DIR / "mini_qwen3_tokenizer"
 
-
-def make_format(tokenizer: Tokenizer, **options: Any) -> ChatFormat:
-    from specregen.models.qwen3.format import make_format
-
-    # A ChatFormat, but for mypy: its `default_system_prompt` is the class constant None, held
-    # invariant against the protocol's `str | None`.
-    return cast(ChatFormat, make_format(tokenizer, **options))
-
-
-def source_files() -> tuple[Path, ...]:
-    from specregen.models.qwen3.format import source_files
-
-    return source_files()
-
-
-def make_probe_rules() -> ProbeRules:
-    from specregen.models.qwen3.probe import make_probe_rules
-
-    return make_probe_rules()
-
-
-def make_server(tokenizer: Tokenizer) -> ServedSide:
-    from specregen.models.qwen3.served import make_server
-
-    return make_server(tokenizer)
-
-
-def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
-    from specregen.models.qwen3.realvllm import real_vllm_spec
-
-    return real_vllm_spec(tokenizer_dir)
-
+_PACKAGE = __name__.rpartition(".")[0]
 
 FAMILY = Family(
     name="qwen3",
     models=re.compile(r"(?:^|/)qwen3(?![\w.]*-?vl)", re.IGNORECASE),
     thinking_switch="enable_thinking",
-    make_format=make_format,
-    source_files=source_files,
+    make_format=lazy(f"{_PACKAGE}.format", "make_format"),
+    source_files=lazy(f"{_PACKAGE}.format", "source_files"),
     bundled_tokenizers={"mini-qwen3": MINI_QWEN3_TOKENIZER_DIR},
     # Reconstruction reads provider traits: whether the provider counts `<|im_end|>` and
     # whether it strips the content beside calls (SGLang does, vLLM does not: docs/qwen3.md).
     reads_provider_traits=True,
-    make_probe_rules=make_probe_rules,
-    make_server=make_server,
+    make_probe_rules=lazy(f"{_PACKAGE}.probe", "make_probe_rules"),
+    make_server=lazy(f"{_PACKAGE}.served", "make_server"),
     # vLLM 0.32 with the qwen3 + hermes parsers (its own profile), OpenRouter in front of the
     # earlier vLLM, SGLang (qwen3 + qwen25): `served.Qwen3Server.for_profile`.
     emulator_profiles=("vllm-hermes", "openrouter", "sglang"),
     profile_specs=(profile_spec("vllm-hermes", "reasoning", role_content=True),),
-    real_vllm_spec=real_vllm_spec,
+    real_vllm_spec=lazy(f"{_PACKAGE}.realvllm", "real_vllm_spec"),
     fidelity_corpus="specregen.emulator.fidelity_qwen3",
     tool_id_rule="an id breaks the format's id rule (Qwen3's ids are the server's: none is"
                  " written by the model)",
