@@ -302,3 +302,23 @@ def test_spaces_between_special_tokens_changes_nothing(tok):
     for stream in (False, True):
         assert _fields(_answer(tok, base, ids, stream=stream)) == _fields(_answer(
             tok, {**base, "spaces_between_special_tokens": False}, ids, stream=stream))
+
+
+def test_a_stream_cut_right_after_a_calls_name_gets_its_arguments_topped_up():
+    # vLLM 0.32's `finalize_generation`: the finishing step sent the second call's name, whose
+    # arguments never started; the parser holds none for it, so "{}" (`json.dumps({})`) is
+    # appended. Seen on the real server (bench/real_vllm.py, a `cut` answer).
+    from specregen.models.qwen3.hermes import HermesStream
+    from specregen.models.qwen3.vllm import _stream_args
+
+    first = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n'
+    steps = [first, '<tool_call>\n{"name": "g",']
+    _, calls = HermesStream(_stream_args, top_up=True).run(steps)
+    assert [(c.name, c.arguments) for c in calls] == [("f", '{"a": 1}'), ("g", "{}")]
+    # Arguments that started are the parser's own text: nothing is added.
+    _, calls = HermesStream(_stream_args, top_up=True).run([first, '<tool_call>\n{"name": "g", '
+                                                            '"arguments": {"b": 2'])
+    assert calls[1].arguments == '{"b": 2'
+    # A step that sent no call delta (the stop token's) adds nothing either.
+    _, calls = HermesStream(_stream_args, top_up=True).run(steps + [""])
+    assert calls[1].arguments == ""

@@ -47,17 +47,27 @@ class HermesStream:
     (holding back an end that could start the tag; never sent if the stream ends there), a
     call's name once `"name": "..."` is complete (a later call cannot start before the earlier
     call has its name), and its arguments' growth (only growth: text that gets shorter is not
-    re-sent). `arguments(body, complete)`: the version's cut of a call's arguments."""
+    re-sent). `arguments(body, complete)`: the version's cut of a call's arguments.
 
-    def __init__(self, arguments: Callable[[str, bool], str | None]) -> None:
+    `top_up`: vLLM 0.32's serving layer on the finishing step (`finalize_generation` ->
+    `get_remaining_unstreamed_args`): when that step sent a call delta, the last call it sent
+    gets what the parser holds as the last tracked call's arguments beyond what was streamed --
+    `json.dumps({})`, "{}", for a call whose arguments never started (a stream cut right after
+    a name), nothing otherwise (the parser holds the streamed text itself)."""
+
+    def __init__(self, arguments: Callable[[str, bool], str | None], *,
+                 top_up: bool = False) -> None:
         self.arguments = arguments
+        self.top_up = top_up
         self.sent = 0
         self.content: list[str] = []
         self.names: list[str | None] = []
         self.streamed: list[str] = []  # what the parser last took as each call's arguments
         self.client: list[str] = []  # what the client added up, per call
 
-    def step(self, text: str) -> None:
+    def step(self, text: str) -> int | None:
+        """One step over the content so far; the index of the last call it sent a delta of."""
+        last: int | None = None
         if TOOL_CALL in text:
             sendable = text.index(TOOL_CALL)
         else:
@@ -75,17 +85,23 @@ class HermesStream:
                 if match is None:
                     break
                 self.names[i] = match.group(1)
+                last = i
             args = self.arguments(body, complete)
             if args is not None and len(args) > len(self.streamed[i]):
                 self.client[i] += args[len(self.streamed[i]):]
                 self.streamed[i] = args
+                last = i
+        return last
 
     def run(self, pieces: Iterable[str]) -> tuple[str, tuple[ServerCall, ...]]:
         """The stream over the content's steps: (the content sent, the calls)."""
         text = ""
+        last: int | None = None
         for piece in pieces:
             text += piece
-            self.step(text)
+            last = self.step(text)
+        if self.top_up and last is not None and not self.streamed[-1]:
+            self.client[last] += "{}"
         return "".join(self.content), self.calls()
 
     def calls(self) -> tuple[ServerCall, ...]:

@@ -541,7 +541,7 @@ def _stream(out: Output, ids: Sequence[int], request: dict[str, Any], vocab: Voc
     finish = "length" if out.truncated else "stop"
     calls: tuple[ServerCall, ...] = ()
     if runs_hermes(request):
-        content, calls = HermesStream(_stream_args).run(tail)
+        content, calls = HermesStream(_stream_args, top_up=True).run(tail)
     else:
         content = "".join(tail)
     if request.get("parallel_tool_calls") is False:
