@@ -320,5 +320,5 @@ def test_a_stream_cut_right_after_a_calls_name_gets_its_arguments_topped_up():
                                                             '"arguments": {"b": 2'])
     assert calls[1].arguments == '{"b": 2'
     # A step that sent no call delta (the stop token's) adds nothing either.
-    _, calls = HermesStream(_stream_args, top_up=True).run(steps + [""])
+    _, calls = HermesStream(_stream_args, top_up=True).run([*steps, ""])
     assert calls[1].arguments == ""
