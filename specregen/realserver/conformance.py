@@ -296,9 +296,9 @@ def run(server: VllmServer, fmt: ChatFormat, cases: Sequence[RealCase],
 
 
 # What two answers of one server to one request may differ in without a reader seeing it: the
-# completion ids (the point of the replay) and the stream's reasoning count, which vLLM takes
-# at whatever step the reasoning end reached the stream (timing, docs/vllm-0.32.md).
-_UNSEEN_FIELDS = ("token_ids", "reasoning_tokens")
+# completion ids (the point of the replay), and in a stream the reasoning count, which vLLM
+# takes at whatever step the reasoning end reached the stream (timing, docs/vllm-0.32.md 10.1).
+_UNSEEN_FIELDS = {False: ("token_ids",), True: ("token_ids", "reasoning_tokens")}
 
 
 def replay_wrong(server: VllmServer, results: Sequence[Result],
@@ -318,7 +318,7 @@ def replay_wrong(server: VllmServer, results: Sequence[Result],
             server.script([(prompt, ours)])
             touched.add(r.case.sample_id)
             again = ask_real(server, sent_request(r.case, r.variant, r.stream))
-            seen = [f for f in differences(r.real, again) if f not in _UNSEEN_FIELDS]
+            seen = [f for f in differences(r.real, again) if f not in _UNSEEN_FIELDS[r.stream]]
             if not seen and "choices" in again:
                 r.measures[name] = Measure(m.sample, "unseen")
     by_id = {r.case.sample_id: r.case for r in results}
