@@ -24,6 +24,7 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from tests.support import REPO
@@ -143,6 +144,9 @@ k25 = get_format("kimi-k2.5", load_tokenizer("mini"))
 k25_jinja = serverside.encode_prompt("vllm", {"messages": messages}, k25.tok, True)
 qwen3 = get_format("qwen3", load_tokenizer("mini-qwen3"))
 qwen3_text = render.render_with_template(render.template_text(), messages)
+# K3 has no template: its prompt is our Python encoder's, over the bundled mini-k3 table.
+k3 = get_format("kimi-k3", load_tokenizer("mini-k3"))
+k3_ids = k3.encode_prompt(messages)
 print(json.dumps({
     "specregen": specregen.__file__,
     "prefect_side": [n for n in ("flows", "tasks", "deployments") if importlib.util.find_spec(n)],
@@ -150,6 +154,7 @@ print(json.dumps({
     "k25_text": k25.tok.decode(k25_jinja),
     "qwen3_ids": qwen3.encode_prompt(messages),
     "qwen3_jinja_ids": qwen3.tok.encode_with_specials(qwen3_text), "qwen3_text": qwen3_text,
+    "k3_ids": k3_ids, "k3_text": k3.tok.decode(k3_ids),
 }))
 """
 
@@ -166,6 +171,8 @@ def test_installed_copy_renders_prompts_with_bundled_files(installed, tmp_path):
     assert "What is 2 + 2?" in out["k25_text"]
     assert out["qwen3_ids"] and out["qwen3_ids"] == out["qwen3_jinja_ids"]
     assert out["qwen3_text"].startswith("<|im_start|>system\nYou are terse.")
+    assert out["k3_ids"] and "What is 2 + 2?" in out["k3_text"]
+    assert "You are terse." in out["k3_text"]
 
 
 def _specregen(installed: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -204,3 +211,24 @@ def test_installed_prefect_commands_find_the_checkout_they_run_in(installed, sou
         said = f"from {cwd}:\n{done.stdout}\n{done.stderr}"
         assert done.returncode == 2, said
         assert "missing.yaml" in done.stderr and "project checkout" not in done.stderr, said
+
+
+@pytest.mark.parametrize(("model", "tokenizer"), [("moonshotai/kimi-k2.5", "mini"),
+                                                  ("Qwen/Qwen3-8B", "mini-qwen3"),
+                                                  ("moonshotai/kimi-k3", "mini-k3")])
+def test_installed_cli_reconstructs_a_sample_of_each_family(installed, tmp_path, model,
+                                                            tokenizer):
+    # The format comes from the request's model, the tokenizer from the installed package.
+    record = {"sample_id": "s1",
+              "request": {"model": model, "messages": [{"role": "user",
+                                                        "content": "What is 2 + 2?"}]},
+              "response": {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                  "role": "assistant", "reasoning": "Add them.", "content": "Four."}}],
+                  "usage": {}}}
+    (tmp_path / "in.jsonl").write_text(json.dumps(record) + "\n")
+    done = _specregen(installed, ["reconstruct", "in.jsonl", "--tokenizer", tokenizer,
+                                  "--out", "out.parquet"], tmp_path)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.num_rows == 1 and table.column("sample_id").to_pylist() == ["s1"]
+    assert table.column("completion_len").to_pylist()[0] > 0
