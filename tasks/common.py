@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -44,13 +45,19 @@ def _dataset_run(config_path: str, dataset: str, _mtime: int, _size: int) -> Dat
     return DatasetRun(config, config.dataset(dataset))
 
 
-def stage_key(stage: str):
-    """A cache key fn: dataset, stage, chunk and the stage's fingerprint, never the run id."""
+def stage_key(stage: str, *, finished: Callable[[DatasetRun, dict[str, Any]], bool] | None = None):
+    """A cache key fn: dataset, stage, chunk and the stage's fingerprint, never the run id.
 
-    def key(_context: Any, parameters: dict[str, Any]) -> str:
+    With `finished`, only a task whose work is already finished when it starts gets a key; any
+    other run is not cached (Prefect caches nothing under a None key), so an outcome that is not
+    final (a chunk stopped by the budget) is returned to the flow and asked again next time."""
+
+    def key(_context: Any, parameters: dict[str, Any]) -> str | None:
         # The storage root is part of the key: the same dataset run into another store must
         # write there, not take the cached result of the first store.
         run = dataset_run(parameters["config_path"], parameters["dataset"])
+        if finished is not None and not finished(run, parameters):
+            return None
         where = fingerprint(run.config.storage, storage_epoch(run))
         chunk = parameters.get("chunk", "all")
         return f"{where}:{parameters['dataset']}:{stage}:{chunk}:{parameters['fingerprint']}"

@@ -5,7 +5,7 @@ from prefect.tasks import exponential_backoff
 
 from specregen.client.engine import FatalAPIError
 from specregen.pipeline.apikey import load_api_key
-from specregen.pipeline.inference import InferenceStoppedError, chunk_inferred, infer_chunk
+from specregen.pipeline.inference import chunk_inferred, infer_chunk
 from specregen.pipeline.window import chunk_concurrency
 from specregen.progress import Progress, engine_observer, publish
 from tasks.common import (
@@ -21,10 +21,11 @@ from tasks.secrets import read_prefect_secret
 
 
 def _retry_unless_fatal(task, task_run, state) -> bool:
-    # A bad key, no credits, a spent budget or any other failure the user must fix fails every
-    # retry too: stop at once. Crashes and outages retry.
+    # A bad key, no credits or any other failure the user must fix fails every retry too: stop
+    # at once. Crashes and outages retry. (A spent budget is not a failure here: the chunk
+    # returns its stop, and the chain ends `stopped`.)
     error = state.result(raise_on_failure=False, _sync=True)
-    if isinstance(error, (FatalAPIError, InferenceStoppedError)):
+    if isinstance(error, FatalAPIError):
         return False
     return retry_unless_user_error(task, task_run, state)
 
@@ -35,7 +36,10 @@ def _retry_unless_fatal(task, task_run, state) -> bool:
     retry_delay_seconds=exponential_backoff(backoff_factor=5),
     retry_jitter_factor=0.5,
     retry_condition_fn=_retry_unless_fatal,
-    cache_key_fn=stage_key("infer"),
+    # Cached only once the chunk is finished: a chunk stopped by the budget returns its stop
+    # (not an error: the chain ends `stopped` with its summary) and must run again next time.
+    cache_key_fn=stage_key("infer", finished=lambda run, p: chunk_inferred(run, p["chunk"])
+                           is not None),
     persist_result=True,
     # No concurrency tag by default: with no limit behind it, every task run still asks the
     # server for a slot, which on SQLite collided with state writes (503, 2 s client backoff,
@@ -63,10 +67,6 @@ async def infer_chunk_task(config_path: str, dataset: str, chunk: int, fingerpri
     finally:
         progress.close()
         await artifact.aclose()
-    if result.get("stopped_reason"):
-        # Not a result to cache: the chunk is unfinished.
-        raise InferenceStoppedError(
-            f"{dataset} chunk {chunk}: stopped ({result['stopped_reason']}) with "
-            f"{result.get('abandoned', 0)} samples left; run again to resume"
-        )
+    # A stopped chunk (`stopped_reason`) is an outcome, returned like any other: the chain ends
+    # `stopped`, and the flow fails after it published the run summary.
     return result

@@ -334,3 +334,33 @@ def test_a_qwen3_endpoint_is_probed_and_its_traits_reach_reconstruction(
     assert stored.findings.strips_content_beside_calls is strips, stored.findings.evidence
     assert stored.findings.counts_stop_token is True
     assert seen == [stored.traits()]
+
+
+def test_prefect_ends_a_budget_stop_with_its_summary_and_resumes_it(prefect_server, tmp_path,
+                                                                   good):
+    """A spent budget is the chain's `stopped` outcome under Prefect too: the chunk's task
+    returns its stop (not cached: it is not final), the summary is published, the flow run
+    fails; the next run with room in the budget asks only what is missing, and publishes."""
+    from flows.dataset import dataset_flow
+
+    config = write_config(tmp_path, good, names=("B1_glaive",), probe="off")
+    settings = yaml.safe_load(config.read_text())
+    settings["endpoint"]["budget_usd"] = 1e-9  # spent by the first answer
+    settings["endpoint"]["concurrency"] = 1
+    config.write_text(yaml.safe_dump(settings))
+    state, sent = requests_during(good, lambda: asyncio.run(
+        dataset_flow(str(config), "B1_glaive", return_state=True)))
+    assert state.is_failed()
+    assert "inference stopped (budget)" in (state.message or "")
+    assert 0 < sent < LIMIT
+    summary = run_artifact(state, "b1-glaive-summary")
+    assert summary is not None, "a stopped run still publishes its summary"
+    assert summary.data.startswith("# B1_glaive: stopped")
+
+    settings["endpoint"]["budget_usd"] = None
+    config.write_text(yaml.safe_dump(settings))
+    state, again = requests_during(good, lambda: asyncio.run(
+        dataset_flow(str(config), "B1_glaive", return_state=True)))
+    assert state.is_completed(), state.message
+    assert sent + again == LIMIT, "nothing paid for is asked twice"
+    assert dataset_run(config, "B1_glaive").store.exists("B1_glaive", "published", "LATEST.json")
