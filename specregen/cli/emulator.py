@@ -10,7 +10,7 @@ import typer
 from specregen.console import make_console
 from specregen.emulator.app import ADMIN_TOKEN_ENV
 from specregen.emulator.config import EmulatorConfig, all_profiles
-from specregen.models.registry import DEFAULT_MODEL, bundled_tokenizer_folders
+from specregen.models.registry import DEFAULT_MODEL, bundled_tokenizer_folders, families
 
 console = make_console(stderr=True)
 
@@ -31,9 +31,9 @@ def emulator(
     ] = "openrouter",
     seed: Annotated[int, typer.Option(help="Seed of the model and of the fault sequence")] = 0,
     model: Annotated[
-        str, typer.Option(help="Model id served; it names the chat format (e.g. Qwen/Qwen3-8B "
-                               "with --profile vllm-hermes, moonshotai/kimi-k3 with --profile "
-                               "vllm-k3)")
+        str, typer.Option(help="Model id served; it names the chat format, whose profiles are "
+                               + "; ".join(f"{f.name}: {', '.join(f.emulator_profiles)}"
+                                           for f in families()))
     ] = DEFAULT_MODEL,
     chat_format: Annotated[
         str | None, typer.Option("--format", help="Chat format [default: from --model]")
