@@ -16,7 +16,8 @@ The corpus is the bundled sample datasets plus text written in this script, both
 the output is byte-identical on every run and needs no network.
 
 Usage:
-    python scripts/train_mini_qwen3_tokenizer.py [--out specregen/assets/mini_qwen3_tokenizer]
+    python scripts/train_mini_qwen3_tokenizer.py [--out DIR]  (default: the bundled mini-qwen3,
+        specregen/models/qwen3/assets/mini_tokenizer)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from specregen.models.qwen3.tokens import ADDED_TOKENS as QWEN3_ADDED_TOKENS
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "specregen" / "assets" / "samples"
-DEFAULT_OUT = ROOT / "specregen" / "assets" / "mini_qwen3_tokenizer"
+DEFAULT_OUT = ROOT / "specregen" / "models" / "qwen3" / "assets" / "mini_tokenizer"
 VOCAB_SIZE = 4096
 
 # The Qwen2/Qwen3 pre-tokenizer split (one digit per piece, contractions case-insensitive).

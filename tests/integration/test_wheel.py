@@ -117,7 +117,7 @@ def test_wheel_holds_the_package_data_and_only_the_project_packages(wheel):
     assert {"specregen/models/kimi_k25/chat_template.jinja",
             "specregen/models/qwen3/chat_template.jinja",
             "specregen/assets/mini_tokenizer/tiktoken.model",
-            "specregen/assets/mini_qwen3_tokenizer/tokenizer.json",
+            "specregen/models/qwen3/assets/mini_tokenizer/tokenizer.json",
             "specregen/assets/samples/B2_opencodeinstruct.parquet"} <= data
     assert data <= names, f"missing from the wheel: {sorted(data - names)}"
     # The modules that real-vLLM model folders copy by path.

@@ -7,12 +7,13 @@ reconstruct fingerprint (`chat_format.package_files` leaves every family's `fami
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from specregen.models.family import Family, lazy, profile_spec
-from specregen.models.tokenizer_base import ASSETS_DIR
 
-# The mini ranks under Kimi K3's added-token table (tokens.py `write_mini`): `mini-k3`.
-MINI_K3_TOKENIZER_DIR = ASSETS_DIR / "mini_k3_tokenizer"
+# The mini ranks under Kimi K3's added-token table (tokens.py `write_mini`): `mini-k3`, kept in
+# the family's package.
+MINI_K3_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "mini_tokenizer"
 
 _PACKAGE = __name__.rpartition(".")[0]
 

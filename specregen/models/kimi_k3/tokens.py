@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from specregen.models.kimi_k3.encoding import CLOSE, END_OF_MSG, OPEN, SEP, Segment
+from specregen.models.kimi_k3.family import MINI_K3_TOKENIZER_DIR
 from specregen.models.tokenizer import (
-    ASSETS_DIR,
     KIMI_PAT_STR,
     MINI_TOKENIZER_DIR,
     Tokenizer,
@@ -147,9 +147,6 @@ def write_tokenizer_folder(dest: Path, ranks: Path, *, link: bool = False,
     return dest
 
 
-# The mini ranks under K3's added-token table (`write_mini`): `mini-k3` (the family's
-# descriptor, family.py, names the same folder).
-MINI_K3_TOKENIZER_DIR = ASSETS_DIR / "mini_k3_tokenizer"
 
 MINI_NOTE = (
     "specregen mini K3 tokenizer: NOT Kimi's real vocabulary. The 4096-rank BPE of the bundled "

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from specregen.models.family import lazy_exports
 
 if TYPE_CHECKING:
+    from specregen.models.qwen3.family import MINI_QWEN3_TOKENIZER_DIR
     from specregen.models.qwen3.format import (
         SERVER_TOOL_ID,
         THINKING_SWITCH,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from specregen.models.qwen3.tokens import (
         ADDED_IDS,
         ADDED_TOKENS,
-        MINI_QWEN3_TOKENIZER_DIR,
         REQUIRED_TOKENS,
         check_tokenizer,
     )
@@ -79,7 +79,7 @@ _WHERE = {
     "tools_system_text": "render",
     "ADDED_IDS": "tokens",
     "ADDED_TOKENS": "tokens",
-    "MINI_QWEN3_TOKENIZER_DIR": "tokens",
+    "MINI_QWEN3_TOKENIZER_DIR": "family",
     "REQUIRED_TOKENS": "tokens",
     "check_tokenizer": "tokens",
 }

@@ -7,12 +7,13 @@ reconstruct fingerprint (`chat_format.package_files` leaves every family's `fami
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from specregen.models.family import Family, lazy, profile_spec
-from specregen.models.tokenizer_base import ASSETS_DIR
 
-# The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`.
-MINI_QWEN3_TOKENIZER_DIR = ASSETS_DIR / "mini_qwen3_tokenizer"
+# The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`,
+# kept in the family's package.
+MINI_QWEN3_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "mini_tokenizer"
 
 _PACKAGE = __name__.rpartition(".")[0]
 

@@ -14,8 +14,9 @@ import shutil
 from pathlib import Path
 
 from specregen.models.chat_format import RealVllmSpec
+from specregen.models.qwen3.family import MINI_QWEN3_TOKENIZER_DIR
 from specregen.models.qwen3.render import TEMPLATE_PATH
-from specregen.models.qwen3.tokens import ADDED_IDS, IM_END, MINI_QWEN3_TOKENIZER_DIR
+from specregen.models.qwen3.tokens import ADDED_IDS, IM_END
 
 TEMPLATE_ENV = "QWEN3_CHAT_TEMPLATE"
 SERVED_MODEL_NAME = "Qwen/Qwen3-8B"

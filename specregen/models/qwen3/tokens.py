@@ -9,11 +9,7 @@ so they are matched inside any text (also model-written text) and survive
 
 from __future__ import annotations
 
-from specregen.models.tokenizer import ASSETS_DIR, Tokenizer, TokenizerError
-
-# The bundled Qwen3-style tokenizer.json (scripts/train_mini_qwen3_tokenizer.py): `mini-qwen3`
-# (the family's descriptor, family.py, names the same folder).
-MINI_QWEN3_TOKENIZER_DIR = ASSETS_DIR / "mini_qwen3_tokenizer"
+from specregen.models.tokenizer import Tokenizer, TokenizerError
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
