@@ -8,8 +8,9 @@ import json
 import pytest
 
 from specregen.client.config import EndpointConfig
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.records import Prompt
+from specregen.wire.request import request_fingerprint
 
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather.",
