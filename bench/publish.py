@@ -46,13 +46,14 @@ def lay_out(storage: Path, samples: int, tokens: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specregen.client.request import build_request, request_fingerprint
+    from specregen.client.request import build_request
     from specregen.config import parse_config
     from specregen.pipeline.layout import DatasetRun, chunk_name
     from specregen.pipeline.prompts import prompt_to_json
     from specregen.records import Prompt
     from specregen.store.manifest import Shard, StageManifest, write_manifest
     from specregen.store.token_samples import SCHEMA
+    from specregen.wire.request import request_fingerprint
 
     config = parse_config(config_dict(storage))
     run = DatasetRun(config, config.datasets[0])

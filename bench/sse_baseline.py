@@ -1,6 +1,7 @@
-"""BASELINE for bench/streaming.py: specregen/client/sse.py as it was before issue 11 made the
-stream path cheap (str lines from httpx, json.loads, a field-by-field assembler). Frozen here so
-the benchmark measures before and after in the same run; not used by the library.
+"""BASELINE for bench/streaming.py: specregen/client/sse.py (today specregen/wire/stream.py)
+as it was before issue 11 made the stream path cheap (str lines from httpx, json.loads, a
+field-by-field assembler). Frozen here so the benchmark measures before and after in the same
+run; not used by the library.
 
 Server-sent events of a chat-completions stream, assembled into one `chat.completion` body.
 

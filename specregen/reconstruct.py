@@ -30,7 +30,6 @@ from specregen.models.chat_format import (
     streams_calls_as_parsed,
 )
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import ResponseError, normalize_response
 from specregen.records import (
     Completion,
     Evidence,
@@ -40,6 +39,8 @@ from specregen.records import (
     TokenSample,
     UsageTolerance,
 )
+from specregen.wire.response import ResponseError, normalize_response
+from specregen.wire.token_ids import id_list, server_prompt_ids
 
 # Flags that mean the ids cannot be trusted. The others are facts worth keeping (a truncated
 # sample is exactly what the model wrote, cut short).
@@ -176,9 +177,9 @@ def reconstruct(
             reference, source = named.ids, "logprobs"
         else:
             logprob_flags.append("logprobs_undecidable")
-    server_prompt = _int_list(reference_prompt_ids)
-    if server_prompt is None and isinstance(response, dict):
-        server_prompt = _int_list(response.get("prompt_token_ids"))
+    server_prompt = id_list(reference_prompt_ids)
+    if server_prompt is None:
+        server_prompt = server_prompt_ids(response)
     if server_prompt is not None:
         # The server's own prompt ids settle the rendering, and the thinking mode with it.
         fitting = [r for r in readings if server_prompt in prompts[r.thinking]]
@@ -431,12 +432,6 @@ def _with_stop(reference: list[int], ours: list[int], fmt: ChatFormat) -> list[i
     im_end = fmt.stop_id
     body = reference[:-1] if reference[-1:] == [im_end] else list(reference)
     return body + ([im_end] if ours[-1:] == [im_end] else [])
-
-
-def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list | tuple) and value and all(type(t) is int for t in value):
-        return list(value)
-    return None
 
 
 def _count(value: Any) -> int | None:

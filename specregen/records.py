@@ -116,7 +116,7 @@ class Completion:
     reasoning_field: str | None = None
     native_finish_reason: str | None = None
     # Streamed answers with tool calls: chars of `content` received before each call's first
-    # delta (client/sse.py records it). Delivery, not content: equal answers compare equal.
+    # delta (wire/stream.py records it). Delivery, not content: equal answers compare equal.
     content_at_calls: tuple[int, ...] | None = field(default=None, compare=False)
     # `logprobs.content` as returned: one entry per generated token (specregen/logprobs.py).
     logprobs: list[Any] | None = field(default=None, compare=False)

@@ -1,12 +1,13 @@
-"""Async OpenAI-compatible client: request bodies, SSE streams, retries, limits, cost, budget.
+"""Async OpenAI-compatible client: requests sent and streamed, retries, limits, cost, budget.
 
 `run_inference` (engine) drives a whole run; `send` (transport) is one attempt; `build_request`
-and `request_fingerprint` (request) define what is asked and how it is identified in the raw log.
+(request) is what a prompt asks of the endpoint (the body and its fingerprint are
+`specregen.wire.request`'s).
 """
 
 from specregen.client.config import ConfigError, EndpointConfig
 from specregen.client.engine import run_inference
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.client.secrets import ApiKey
 from specregen.client.summary import FatalAPIError, InferenceSummary, ProgressSnapshot
 from specregen.client.transport import AttemptResult, send
@@ -20,7 +21,6 @@ __all__ = [
     "InferenceSummary",
     "ProgressSnapshot",
     "build_request",
-    "request_fingerprint",
     "run_inference",
     "send",
 ]

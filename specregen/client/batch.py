@@ -44,16 +44,13 @@ from specregen.client.config import EndpointConfig
 from specregen.client.cost import CostView, realtime_equivalent, usage_cost
 from specregen.client.engine import run_inference
 from specregen.client.recording import attempt_record, text_field, write_rejects
-from specregen.client.request import (
-    TRANSPORT_FIELDS,
-    admit,
-    storable_request,
-)
+from specregen.client.request import admit
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.summary import FatalAPIError, InferenceSummary, ProgressSnapshot
 from specregen.client.transport import classify_status, judge_body
 from specregen.records import Prompt
 from specregen.store.rawlog import FINAL_ANSWER, LogHistory, RawLog, RejectRecord, utc_now_iso
+from specregen.wire.request import TRANSPORT_FIELDS, storable_request
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from specregen.client.secrets import looks_like_secret
 from specregen.errors import UsageError
+from specregen.wire.request import Dialect
 
-Dialect = Literal["openrouter", "vllm", "sglang", "moonshot"]
 Effort = Literal["xhigh", "high", "medium", "low", "minimal", "none"]
 Quantization = Literal["int4", "int8", "fp4", "fp6", "fp8", "fp16", "bf16", "fp32", "unknown"]
 

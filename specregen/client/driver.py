@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specregen.client.config import EndpointConfig
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.conversation.plan import (
     Answer,
     ConversationPlan,
@@ -39,6 +39,7 @@ from specregen.conversation.replay import (
 )
 from specregen.models.chat_format import ChatFormat
 from specregen.records import Prompt
+from specregen.wire.request import request_fingerprint
 
 
 def history_format(format_name: str, tokenizer: str | None = None) -> ChatFormat:

@@ -78,7 +78,7 @@ from specregen.client.limits import RequestLimiter
 from specregen.client.reach import is_unreachable, unreachable_error
 from specregen.client.recording import RecordWriter, attempt_record, write_rejects
 from specregen.client.reporting import PROGRESS_INTERVAL, Progress, Reporter
-from specregen.client.request import admit, storable_request
+from specregen.client.request import admit
 from specregen.client.scheduler import Job, RateLimiter, Scheduler, backoff_delay
 from specregen.client.secrets import ApiKey, as_api_key, scrub_obj, scrub_text
 from specregen.client.summary import FatalAPIError, InferenceSummary, ProgressSnapshot
@@ -86,6 +86,7 @@ from specregen.client.transport import AttemptResult, HTTPClient, send
 from specregen.models.chat_format import ChatFormat
 from specregen.records import Prompt
 from specregen.store.rawlog import LogHistory, RawLog, RejectRecord
+from specregen.wire.request import storable_request
 
 __all__ = [
     "FatalAPIError",

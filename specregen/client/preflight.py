@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from specregen.client.config import EndpointConfig
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.errors import StorageError, UsageError, is_missing_credentials, storage_error
 from specregen.records import Prompt
 from specregen.store.rawlog import RejectRecord
+from specregen.wire.request import request_fingerprint
 
 log = logging.getLogger(__name__)
 

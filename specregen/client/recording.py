@@ -2,12 +2,13 @@
 
 Every finished attempt becomes one `AttemptRecord` (`attempt_record`), realtime and batch
 alike: keys and secrets scrubbed, and on a final record the request as stored and the response
-with vLLM's token-id arrays lifted to the record's top level (stored once). A sample counts as
-done only once its final record is durable: `RecordWriter.submit` queues a record and calls back
-when the raw log has it (or failed to), and `until_durable` holds a worker's window slot until
-then, so at any moment at most one window of answers is paid but not yet in the log (a SIGKILL
-costs at most that). The first write error stops the run (`on_error`). Prompts that are never
-sent are written as the run's rejects (`write_rejects`).
+with vLLM's token-id arrays lifted to the record's top level (stored once,
+`wire.token_ids`). A sample counts as done only once its final record is durable:
+`RecordWriter.submit` queues a record and calls back when the raw log has it (or failed to),
+and `until_durable` holds a worker's window slot until then, so at any moment at most one
+window of answers is paid but not yet in the log (a SIGKILL costs at most that). The first
+write error stops the run (`on_error`). Prompts that are never sent are written as the run's
+rejects (`write_rejects`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from specregen.client.driver import Step
-from specregen.client.request import storable_request
 from specregen.client.secrets import ApiKey, scrub_obj, scrub_text
 from specregen.client.summary import InferenceSummary
 from specregen.store.rawlog import AttemptRecord, RawLog, RawLogError, RejectRecord, utc_now_iso
+from specregen.wire.request import storable_request
+from specregen.wire.token_ids import lift_token_ids
 
 log = logging.getLogger(__name__)
 
@@ -159,28 +161,3 @@ def text_field(body: Any, name: str) -> str | None:
     """`body[name]` when `body` is a dict and that is a string, else None."""
     value = body.get(name) if isinstance(body, dict) else None
     return value if isinstance(value, str) else None
-
-
-def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(type(v) is int for v in value):
-        return value
-    return None
-
-
-def lift_token_ids(
-    response: dict[str, Any],
-) -> tuple[dict[str, Any], list[int] | None, list[int] | None]:
-    """The response without vLLM's token-id arrays, and those arrays (stored once, top level)."""
-    prompt_ids = _int_list(response.get("prompt_token_ids"))
-    choices = response.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    reference = _int_list(first.get("token_ids")) if isinstance(first, dict) else None
-    if prompt_ids is None and reference is None:
-        return response, None, None
-    stored = dict(response)
-    if prompt_ids is not None:
-        stored.pop("prompt_token_ids")
-    if reference is not None:
-        assert isinstance(choices, list) and isinstance(first, dict)
-        stored["choices"] = [{k: v for k, v in first.items() if k != "token_ids"}, *choices[1:]]
-    return stored, reference, prompt_ids

@@ -1,9 +1,10 @@
-"""Prompt + endpoint config -> the chat-completions request body, and its fingerprint.
+"""A prompt and the endpoint's config -> the request to send (`build_request`), and whether to
+send it at all (`admit`).
 
-Each dialect switches the model's thinking its own way: OpenRouter through `reasoning`,
-vLLM/SGLang through `chat_template_kwargs` under the chat format's key (`ChatFormat.
-thinking_switch`), Moonshot through `thinking.type`. These are exactly the fields the format's
-`thinking_requested` reads back during reconstruction.
+The body itself is the wire layer's (`wire.request.build_body`): this module resolves what it
+needs from the run's own objects -- the conversation's first request (`turns == "all"`), the
+tools the prompt declares on the request, the endpoint's settings (`wire_options`) and the
+chat format's thinking switch (from the family registry) -- into its plain inputs.
 """
 
 from __future__ import annotations
@@ -15,28 +16,8 @@ from typing import Any
 from specregen.client.config import EndpointConfig
 from specregen.models.registry import thinking_switch
 from specregen.records import Prompt
-from specregen.store.fingerprint import fingerprint
 from specregen.store.rawlog import FINAL_ANSWER, LogHistory
-
-# Transport options: they change how the answer travels, not what the model is asked, so a
-# streamed and a non-streamed run of the same prompt share one fingerprint.
-TRANSPORT_FIELDS = frozenset({"stream", "stream_options"})
-# Options that only change how the answer comes back -- how the server writes the model's ids
-# as text (its detokenizer), or which evidence comes with it (logprobs): outside the
-# fingerprint too, so an answer logged before we sent them (the same generation, read with
-# more care) is not paid for again.
-TEXT_OPTION_FIELDS = frozenset({"spaces_between_special_tokens", "logprobs",
-                                "return_tokens_as_token_ids"})
-# What a self-hosted vLLM or SGLang is asked for besides the model's own request: the model's
-# text as it wrote it. By default their detokenizer joins an added token and the text beside it
-# with a space (`spaces_between_special_tokens`, vllm-project/vllm#33457): text the model never
-# wrote, which a token count cannot see.
-SERVER_TEXT_OPTIONS: dict[str, dict[str, Any]] = {
-    "vllm": {"spaces_between_special_tokens": False},
-    "sglang": {"spaces_between_special_tokens": False},
-}
-# Never part of a body we build; dropped anyway in case a caller's body carries one.
-SECRET_FIELDS = frozenset({"api_key", "authorization", "Authorization"})
+from specregen.wire.request import TEMPLATE_DIALECTS, WireOptions, build_body, request_fingerprint
 
 
 def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
@@ -50,55 +31,29 @@ def build_request(prompt: Prompt, cfg: EndpointConfig) -> dict[str, Any]:
         first = advance(plan_conversation(prompt), [])
         assert isinstance(first, Request)
         messages = first.messages
-    body: dict[str, Any] = {"model": cfg.model, "messages": messages}
-    if prompt.tool_mode == "tools" and prompt.tools:
-        body["tools"] = prompt.tools
-    for name, value in cfg.sampling.model_dump(exclude_none=True).items():
-        body[name] = value
-
-    if cfg.dialect == "openrouter":
-        reasoning = cfg.reasoning.as_body() if cfg.reasoning else {}
-        if cfg.thinking is not None and "enabled" not in reasoning:
-            reasoning["enabled"] = cfg.thinking
-        if reasoning:
-            body["reasoning"] = reasoning
-        if cfg.provider is not None and (routing := cfg.provider.as_body()):
-            body["provider"] = routing
-    elif cfg.dialect in ("vllm", "sglang"):
-        if cfg.thinking is not None:
-            body["chat_template_kwargs"] = {thinking_switch(cfg.format_name): cfg.thinking}
-        if cfg.text_as_written:
-            body.update(SERVER_TEXT_OPTIONS[cfg.dialect])
-    elif cfg.dialect == "moonshot" and cfg.thinking is not None:
-        body["thinking"] = {"type": "enabled" if cfg.thinking else "disabled"}
-    if cfg.return_token_ids:
-        body["return_token_ids"] = True
-    if cfg.logprobs:
-        body["logprobs"] = True
-        if cfg.dialect == "vllm":
-            # Tokens named by id: exact even where a token ends inside a character.
-            body["return_tokens_as_token_ids"] = True
-
-    if cfg.stream:
-        body["stream"] = True
-        # vLLM/SGLang send usage in a stream only when asked; OpenRouter always sends it and
-        # documents the option as a no-op; Moonshot puts usage in the last chunk by itself.
-        if cfg.dialect != "moonshot":
-            body["stream_options"] = {"include_usage": True}
-    return body
+    # Tools declared any other way (in the system prompt) are already in the messages.
+    tools = prompt.tools if prompt.tool_mode == "tools" else None
+    # Only a server that renders the template reads the format's switch; asking the registry
+    # for it otherwise would refuse a model no format claims, which such a body never needs.
+    switch = (thinking_switch(cfg.format_name)
+              if cfg.thinking is not None and cfg.dialect in TEMPLATE_DIALECTS else None)
+    return build_body(messages, tools, wire_options(cfg), thinking_switch=switch)
 
 
-def request_fingerprint(body: dict[str, Any]) -> str:
-    """sha256 of the canonical body, without transport options and without anything secret."""
-    kept = {k: v for k, v in body.items()
-            if k not in TRANSPORT_FIELDS and k not in TEXT_OPTION_FIELDS
-            and k not in SECRET_FIELDS}
-    return fingerprint(kept)
-
-
-def storable_request(body: dict[str, Any]) -> dict[str, Any]:
-    """The body as it goes into the raw log: everything but secret fields."""
-    return {k: v for k, v in body.items() if k not in SECRET_FIELDS}
+def wire_options(cfg: EndpointConfig) -> WireOptions:
+    """What a request body carries of the endpoint's settings."""
+    return WireOptions(
+        model=cfg.model,
+        dialect=cfg.dialect,
+        sampling=cfg.sampling.model_dump(exclude_none=True),
+        thinking=cfg.thinking,
+        reasoning=cfg.reasoning.as_body() if cfg.reasoning is not None else None,
+        provider=cfg.provider.as_body() if cfg.provider is not None else None,
+        text_as_written=cfg.text_as_written,
+        return_token_ids=cfg.return_token_ids,
+        logprobs=bool(cfg.logprobs),
+        stream=cfg.stream,
+    )
 
 
 @dataclass(frozen=True, slots=True)

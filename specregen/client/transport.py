@@ -37,7 +37,7 @@ import yarl
 
 from specregen.client.config import EndpointConfig
 from specregen.client.secrets import ApiKey, BearerAuth, as_api_key, scrub_obj, scrub_text
-from specregen.client.sse import (
+from specregen.wire.stream import (
     StreamAssembler,
     StreamDecodeError,
     StreamError,

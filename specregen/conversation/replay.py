@@ -13,8 +13,8 @@ from typing import Any
 
 from specregen.conversation.plan import Answer, ConversationPlan, Request, advance, request_id
 from specregen.models.chat_format import ChatFormat
-from specregen.normalize import ResponseError, normalize_response
 from specregen.records import Completion
+from specregen.wire.response import ResponseError, normalize_response
 
 FINAL_ANSWER = ("ok", "truncated")
 # The `error_class` of the final record written for a request of a conversation that was never

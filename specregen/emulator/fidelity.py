@@ -26,7 +26,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator.app import EmulatorState
 from specregen.emulator.config import UPSTREAM_PROFILES, EmulatorConfig, Profile
 from specregen.emulator.generate import RequestError, request_keys
@@ -37,6 +36,7 @@ from specregen.models.kimi_k25.served import render_message, view
 from specregen.models.tokenizer import Tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
+from specregen.wire.stream import assemble_lines
 
 Outcome = Literal["ok", "ok_resplit", "wrong_ok", "unseen", "flagged_right", "false_alarm",
                   "error"]

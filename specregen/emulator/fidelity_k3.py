@@ -24,7 +24,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator import textgen
 from specregen.emulator.config import Profile
 from specregen.emulator.fidelity import Case
@@ -53,6 +52,7 @@ from specregen.models.kimi_k3.servers import RequestError
 from specregen.models.kimi_k3.tokens import encode_segments
 from specregen.models.tokenizer import Tokenizer
 from specregen.records import ProviderTraits
+from specregen.wire.stream import assemble_lines
 
 MODEL = "moonshotai/kimi-k3"
 PROFILES: tuple[Profile, ...] = ("vllm-k3", "openrouter")

@@ -29,7 +29,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator import textgen
 from specregen.emulator.config import Profile
 from specregen.emulator.fidelity import Case
@@ -48,6 +47,7 @@ from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.tokenizer import Tokenizer
 from specregen.records import ProviderTraits
+from specregen.wire.stream import assemble_lines
 
 PROFILES: tuple[Profile, ...] = ("vllm-hermes", "openrouter", "sglang")
 

@@ -70,11 +70,12 @@ async def estimate_config(
 async def estimate_dataset(run: Any, pilot: int, key: Any) -> DatasetEstimate:
     from specregen.client.cost import DEFAULT_BATCH_DISCOUNT, usage_cost
     from specregen.client.engine import run_inference
-    from specregen.client.request import build_request, request_fingerprint
+    from specregen.client.request import build_request
     from specregen.pipeline.prompts import prepare_prompts, read_chunk
     from specregen.pipeline.reconstruction import run_format
     from specregen.pipeline.run import dataset_lease
     from specregen.store.rawlog import FINAL_ANSWER, RawLog
+    from specregen.wire.request import request_fingerprint
 
     cfg = run.config.endpoint.model_copy(update={"mode": "realtime"})
     fmt = run_format(run)
@@ -164,9 +165,10 @@ def _conversation_sums(records: Any, wanted: list[Any],
     answers a request of the conversation as today's endpoint sends it (its own messages
     rebuilt into a body with today's settings give its fingerprint)."""
     from specregen.client.cost import usage_cost
-    from specregen.client.request import build_request, request_fingerprint
+    from specregen.client.request import build_request
     from specregen.records import Prompt
     from specregen.store.rawlog import FINAL_ANSWER
+    from specregen.wire.request import request_fingerprint
 
     plans = {p.sample_id: p for p in wanted}
     final: dict[str, dict[str, Any]] = {}  # request id -> its answer (the last one)

@@ -19,8 +19,9 @@ CHUNK = "chunk-{:05d}"
 # own files (only that format's: editing another family's code reruns nothing). Not the
 # registry nor the families' descriptors: they name formats, and a new family's line in the
 # registry must not rerun every dataset of the others.
-_RECONSTRUCTION_CODE = ("reconstruct.py", "normalize.py", "logprobs.py", "models/tokenizer.py",
-                        "models/tokenizer_base.py", "models/chat_format.py")
+_RECONSTRUCTION_CODE = ("reconstruct.py", "wire/response.py", "wire/token_ids.py", "logprobs.py",
+                        "models/tokenizer.py", "models/tokenizer_base.py",
+                        "models/chat_format.py")
 # Whole-conversation datasets (`turns: all`) are also built by these; single-turn ones are not,
 # so their fingerprints do not move when conversation code changes.
 _CONVERSATION_CODE = ("conversation/plan.py", "conversation/replay.py",

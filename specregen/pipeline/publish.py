@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.config import PipelineConfig
 from specregen.errors import PartialFailureError
 from specregen.export.context import context_from_metadata
@@ -41,6 +41,7 @@ from specregen.store.manifest import (
     read_manifest,
     write_manifest,
 )
+from specregen.wire.request import request_fingerprint
 
 STAGE = "published"
 # Bumped when the export rows change shape, so publications are written again.

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from functools import lru_cache
 
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.conversation.plan import plan_conversation
 from specregen.conversation.samples import conversation_samples, final_records_by_id
 from specregen.models.chat_format import ChatFormat
@@ -34,6 +34,7 @@ from specregen.records import Prompt, TokenSample
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
 from specregen.store.rawlog import RawLog
 from specregen.store.token_samples import token_file_meta, write_token_samples
+from specregen.wire.request import request_fingerprint
 
 STAGE = "reconstruct"
 

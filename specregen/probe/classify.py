@@ -33,7 +33,6 @@ from typing import Any, Literal
 
 from specregen.logprobs import ids_from_logprobs
 from specregen.models.chat_format import ChatFormat, FormatError, ProbeRules
-from specregen.normalize import ResponseError, normalize_response, thinking_from_request
 from specregen.probe.model import (
     ArgumentsCheck,
     ArgumentsJson,
@@ -47,6 +46,8 @@ from specregen.probe.model import (
     Whitespace,
 )
 from specregen.records import Completion, ToolCall
+from specregen.wire.response import ResponseError, normalize_response, thinking_from_request
+from specregen.wire.token_ids import server_completion_ids
 
 RAW_WHERE = ("raw_content", "raw_reasoning")
 _WHERE_RANK = {"none": 0, "structured": 1, "raw_content": 2, "raw_reasoning": 3, "stripped": 4}
@@ -212,7 +213,7 @@ def observe(
         usage_prompt_tokens=_count(completion.usage.get("prompt_tokens")),
         usage_completion_tokens=_count(completion.usage.get("completion_tokens")),
     )
-    reference = _reference_ids(response)
+    reference = server_completion_ids(response)
     if reference is not None and fmt is not None:
         written = fmt.tok.decode(reference)
         obs.written_indices = [rules.id_index(raw_id)
@@ -399,15 +400,6 @@ def failed_observation(
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _reference_ids(response: dict[str, Any]) -> list[int] | None:
-    choices = response.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    ids = first.get("token_ids") if isinstance(first, dict) else None
-    if isinstance(ids, list) and ids and all(type(t) is int for t in ids):
-        return ids
-    return None
 
 
 def _count_tokens(

@@ -5,7 +5,7 @@ scripted into the real server and sent to it, plain and streamed, once with the 
 defaults and once with the options specregen's client sends (`client_options`). The same ids
 and request go through the emulator's profile for that server (the family's served side,
 `answer_ids`, then the emulator's body and stream framing). Both answers are read the way the
-client reads them (a body, or the stream assembled by `client.sse`), and compared field by
+client reads them (a body, or the stream assembled by `wire.stream`), and compared field by
 field (`face`): message fields, tool calls, finish reason, usage, token ids, and where the
 stream's content stood relative to each call.
 
@@ -28,8 +28,6 @@ from typing import Any
 
 import httpx
 
-from specregen.client.request import SERVER_TEXT_OPTIONS
-from specregen.client.sse import assemble_lines
 from specregen.emulator.fidelity import Outcome, blind_body, compare
 from specregen.emulator.profiles import (
     PROFILE_SPECS,
@@ -45,6 +43,9 @@ from specregen.probe.model import ProviderProfile
 from specregen.realserver.server import MAX_NUM_SEQS, RealServerError, VllmServer
 from specregen.reconstruct import reconstruct
 from specregen.records import ProviderTraits, TokenSample
+from specregen.wire.request import SERVER_TEXT_OPTIONS
+from specregen.wire.response import STREAM_KEY
+from specregen.wire.stream import assemble_lines
 
 VARIANTS = ("defaults", "client")
 # Random parts of a server's answer that no two servers share: its tool-call ids'
@@ -139,7 +140,7 @@ def face(body: dict[str, Any]) -> dict[str, Any]:
                             if message.get(k) is not None), None)
     usage = body.get("usage") or {}
     details = usage.get("completion_tokens_details") or {}
-    stream = choice.get("specregen_stream") or {}
+    stream = choice.get(STREAM_KEY) or {}
     return {
         "reasoning": message.get(reasoning_field) if reasoning_field else None,
         "reasoning_field": reasoning_field,

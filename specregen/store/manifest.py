@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specregen.store.fingerprint import fingerprint as content_fingerprint
+from specregen.fingerprint import fingerprint as content_fingerprint
 from specregen.store.fs import Store
 
 MANIFEST = "manifest.json"

@@ -16,12 +16,13 @@ from specregen.client import batch as batch_mod
 from specregen.client.batch import Ledger, run_batch_inference
 from specregen.client.config import EndpointConfig
 from specregen.client.engine import run_inference
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.tokenizer import load_tokenizer
 from specregen.records import Prompt
 from specregen.store.rawlog import RawLog
+from specregen.wire.request import request_fingerprint
 
 SHAPES = {"openrouter": ("openrouter", "openrouter"), "openai-files": ("moonshot", "moonshot")}
 BASE = EmulatorConfig(reasoning_tokens_mean=12, content_tokens_mean=8, tool_call_rate=0.0)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from specregen.client.config import ConfigError, EndpointConfig
-from specregen.client.request import build_request, request_fingerprint
-from specregen.normalize import reasoning_excluded, thinking_from_request
+from specregen.client.request import build_request
 from specregen.records import Prompt
+from specregen.wire.request import request_fingerprint
+from specregen.wire.response import reasoning_excluded, thinking_from_request
 from tests.unit.test_client_support import make_cfg
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specregen.client.sse import (
+from specregen.wire.response import normalize_response
+from specregen.wire.stream import (
     SSEDecoder,
     StreamAssembler,
     StreamDecodeError,
@@ -16,7 +17,6 @@ from specregen.client.sse import (
     assemble_lines,
     parse_event,
 )
-from specregen.normalize import normalize_response
 from tests.unit.test_client_support import chunk, completion, sse, stream_of
 
 

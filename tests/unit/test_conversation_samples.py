@@ -22,9 +22,9 @@ from specregen.conversation.samples import conversation_samples, locate_answers
 from specregen.models.kimi_k25 import KimiK25, serverside
 from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
-from specregen.normalize import normalize_response
 from specregen.records import Prompt, ProviderTraits
 from specregen.store.token_samples import SCHEMA, read_token_samples, write_token_samples
+from specregen.wire.response import normalize_response
 from tests.support import get_tokenizer
 
 WEATHER = {"type": "function", "function": {

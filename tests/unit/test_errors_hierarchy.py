@@ -17,15 +17,15 @@ from specregen.errors import EXIT_INTERNAL, SpecregenError, UsageError
 # else, so its class never reaches a user (the reason says into what).
 INTERNAL = {
     # -> the attempt's recorded `error_class` (retried like any failed attempt)
-    "specregen.client.sse.StreamError": "transport records it on the attempt",
-    "specregen.client.sse.StreamDecodeError": "transport records it on the attempt",
+    "specregen.wire.stream.StreamError": "transport records it on the attempt",
+    "specregen.wire.stream.StreamDecodeError": "transport records it on the attempt",
     # -> a quarantine reason `schema_invalid: ...` on the sample
     "specregen.gate.schema.SchemaInvalid": "the gate's schema check records it on the sample",
     # -> K2.5's template falls back to the JSON tool declaration, as upstream does
     "specregen.models.kimi_k25.tools_ts.ToolDeclarationError": "the JSON fallback",
     "specregen.models.kimi_k25.tools_ts._FieldError": "re-raised as ToolDeclarationError",
     # -> the sample's `error` (status "error"), or the probe observation's error
-    "specregen.normalize.ResponseError": "recorded on the sample / observation",
+    "specregen.wire.response.ResponseError": "recorded on the sample / observation",
     # -> the emulated server's HTTP 400 body (what a real server answers a bad request with)
     "specregen.emulator.generate.RequestError": "the emulator's 400 answer",
     "specregen.models.qwen3.servers.RequestError": "the emulator's 400 answer",

@@ -460,7 +460,8 @@ def test_max_attempts_counts_attempts_of_earlier_runs(server, counting, tmp_path
     prompts = write_lines(tmp_path / "p.jsonl", [line(0)])
     from specregen.client.config import EndpointConfig
     from specregen.client.prompts import parse_prompt_line
-    from specregen.client.request import build_request, request_fingerprint
+    from specregen.client.request import build_request
+    from specregen.wire.request import request_fingerprint
 
     counting.reset(fail=True)
     cfg = EndpointConfig.load({"base_url": server.url, "model": "ok", "stream": False})

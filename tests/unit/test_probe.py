@@ -20,7 +20,6 @@ from specregen.models.kimi_k25 import (
     SECTION_END,
 )
 from specregen.models.kimi_k25.probe import RULES
-from specregen.normalize import normalize_response
 from specregen.probe import (
     ProbeFatalError,
     ProbeRefusal,
@@ -52,6 +51,7 @@ from specregen.probe.traits import infer_findings
 from specregen.records import ProviderTraits, ToolCall
 from specregen.sources import BUNDLED_SAMPLES
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN
+from specregen.wire.response import normalize_response
 
 ARGS = '{"city": "Paris"}'
 # The probe reads every answer here with K2.5's probe rules.

@@ -15,7 +15,6 @@ from specregen.models.qwen3 import Qwen3
 from specregen.models.qwen3.probe import RULES, Qwen3ProbeRules
 from specregen.models.registry import get_format, probe_rules, reads_provider_traits
 from specregen.models.tokenizer import load_tokenizer
-from specregen.normalize import normalize_response
 from specregen.probe.classify import (
     classify_calls,
     compare_with_raw,
@@ -29,6 +28,7 @@ from specregen.probe.notes import finding_notes, profile_notes
 from specregen.probe.scenarios import WEATHER_TOOL
 from specregen.probe.traits import infer_findings
 from specregen.records import ToolCall
+from specregen.wire.response import normalize_response
 
 ARGS = {"city": "Paris"}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -7,7 +7,6 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.qwen3 import served as qserved
@@ -18,6 +17,7 @@ from specregen.models.registry import get_format
 from specregen.models.serverkit import stream as kit
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
+from specregen.wire.stream import assemble_lines
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]

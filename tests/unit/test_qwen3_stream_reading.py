@@ -17,7 +17,6 @@ import json
 import httpx
 import pytest
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.gate.checks import check_sample
@@ -25,9 +24,10 @@ from specregen.gate.config import GateConfig
 from specregen.models.chat_format import streams_calls_as_parsed
 from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
-from specregen.normalize import normalize_response
 from specregen.reconstruct import reconstruct
 from specregen.records import Completion, ProviderTraits, ToolCall
+from specregen.wire.response import normalize_response
+from specregen.wire.stream import assemble_lines
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city",

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from specregen.normalize import thinking_from_request
 from specregen.reconstruct import ReconstructConfig, reconstruct
 from specregen.records import ProviderTraits, UsageTolerance
+from specregen.wire.response import thinking_from_request
 
 TOOLS = [
     {

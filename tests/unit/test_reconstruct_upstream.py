@@ -559,7 +559,7 @@ def sse_body(deltas, finish, usage):
     """The body the client's stream assembler builds from these deltas, in this order."""
     import json
 
-    from specregen.client.sse import assemble_lines
+    from specregen.wire.stream import assemble_lines
 
     chunks = [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
     chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})

@@ -12,13 +12,14 @@ from __future__ import annotations
 import pytest
 
 from specregen.client.config import EndpointConfig
-from specregen.client.request import build_request, request_fingerprint
+from specregen.client.request import build_request
 from specregen.gate import GateConfig, run_gate
 from specregen.logprobs import ids_from_logprobs
 from specregen.probe.model import Observation
 from specregen.probe.traits import _spaces
 from specregen.reconstruct import reconstruct
 from specregen.records import Prompt, ProviderTraits
+from specregen.wire.request import request_fingerprint
 from tests.unit.test_reconstruct_upstream import ARGS, REQUEST, TOOLS, true_ids
 
 CALL = "functions.get_weather:0"
@@ -43,7 +44,7 @@ def spaced(fmt, stream):
                   arguments=" " + ARGS + " " if stream else ARGS)
     if stream:
         # The client's stream assembler records that all the content came before the call's
-        # deltas (client/sse.py).
+        # deltas (wire/stream.py).
         body["choices"][0]["specregen_stream"] = {"content_at_calls": [len(content) + 2],
                                                   "call_fragments": [7]}
     return ids, body

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from specregen.client.sse import (
+from specregen.wire.stream import (
     SSEByteDecoder,
     StreamAssembler,
     StreamDecodeError,

@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from specregen.client.sse import assemble_lines
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.server import serve_in_thread
 from specregen.models.kimi_k25 import THINK_END, KimiK25
@@ -28,6 +27,7 @@ from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import Prompt, ProviderTraits
 from specregen.sources import SAMPLES_DIR, read_source
+from specregen.wire.stream import assemble_lines
 from tests.support import get_tokenizer
 
 TOK = load_tokenizer("mini")

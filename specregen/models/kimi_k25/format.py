@@ -46,8 +46,8 @@ from specregen.models.kimi_k25.common import (
     tojson,
 )
 from specregen.models.tokenizer import Tokenizer, TokenizerError
-from specregen.normalize import thinking_from_request
 from specregen.records import Completion, ProviderTraits, ToolCall
+from specregen.wire.response import thinking_from_request
 
 MEDIA_IMAGE = "<|media_begin|>image<|media_content|><|media_pad|><|media_end|>\n"
 REQUIRED_TOKENS = (IM_END, IM_USER, IM_ASSISTANT, IM_SYSTEM, IM_MIDDLE, *TOOL_MARKERS, THINK,

@@ -24,8 +24,8 @@ from specregen.models.kimi_k25.common import (
     Assembled,
     tojson,
 )
-from specregen.normalize import reasoning_excluded
 from specregen.records import Completion, ProviderTraits, ToolCall
+from specregen.wire.response import reasoning_excluded
 
 # vLLM's kimi_k2 reasoning parser deletes this placeholder from the content.
 NO_CONTENT = "(no content)"

@@ -51,7 +51,7 @@ from specregen.models.kimi_k25.common import (
 )
 from specregen.models.kimi_k25.format import KimiK25
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import reasoning_excluded, thinking_from_request
+from specregen.wire.response import reasoning_excluded, thinking_from_request
 
 # The emulator's K2.5 profiles (names as in `EmulatorConfig.profile`).
 PROFILES = ("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang", "sglang-noforce",

@@ -146,7 +146,7 @@ class KimiK3:
     def thinking_requested(self, request: dict[str, Any]) -> bool | None:
         """`chat_template_kwargs.thinking`, else `enable_thinking`, else a top-level
         `reasoning_effort` ("none": off), else the API dialects' own fields."""
-        from specregen.normalize import dialect_thinking
+        from specregen.wire.response import dialect_thinking
 
         kwargs = request.get("chat_template_kwargs")
         if isinstance(kwargs, dict):

@@ -57,8 +57,8 @@ from specregen.models.kimi_k3.encoding import (
     tools_segments,
 )
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import reasoning_excluded
 from specregen.records import Completion, ToolCall
+from specregen.wire.response import reasoning_excluded
 
 
 class K3Format(Protocol):

@@ -35,7 +35,7 @@ from specregen.models.kimi_k3.servers import (
 from specregen.models.kimi_k3.tokens import encode_segments
 from specregen.models.serverkit.ids import vllm_call_id
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import dialect_thinking
+from specregen.wire.response import dialect_thinking
 
 PROFILES = ("vllm-k3", "openrouter")
 

@@ -62,8 +62,8 @@ from specregen.models.qwen3.tokens import (
     check_tokenizer,
 )
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import reasoning_excluded, thinking_from_request
 from specregen.records import Completion, ProviderTraits, ToolCall
+from specregen.wire.response import reasoning_excluded, thinking_from_request
 
 # What servers put in `id`; never model-written. vLLM: `chatcmpl-tool-` + hex (0.32: the low 64
 # bits of a uuid4, 16 digits; earlier: the whole uuid4, 32); OpenAI-compatible routers: `call_` +
@@ -181,7 +181,7 @@ class Qwen3:
     # says it (`chat_format.streams_calls_as_parsed`): the client's record of the stream's order
     # places the content. SGLang's qwen25 detector streams the same way (older versions also
     # send a "\n" after a call as content: read back in `_layout`). A call sent whole (SGLang
-    # versions that stream whole blocks) leaves no record (normalize.py), so that order still
+    # versions that stream whole blocks) leaves no record (wire/response.py), so that order still
     # proves nothing.
     calls_streamed_as_parsed = True
 

@@ -38,7 +38,7 @@ from specregen.models.qwen3.vllm_legacy import MarkerIds
 from specregen.models.serverkit.ids import sglang_call_id, vllm_call_id, vllm_legacy_call_id
 from specregen.models.serverkit.stream import Parsed
 from specregen.models.tokenizer import Tokenizer
-from specregen.normalize import dialect_thinking
+from specregen.wire.response import dialect_thinking
 
 FAMILIES = ("vllm", "vllm-legacy", "sglang")
 

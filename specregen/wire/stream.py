@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from specregen.normalize import STREAM_KEY
+from specregen.wire.response import STREAM_KEY
 
 DONE = "[DONE]"
 TEXT_FIELDS = ("content", "reasoning", "reasoning_content")
@@ -477,7 +477,7 @@ def _merge_call(choice: _Choice, fragment: dict[str, Any]) -> None:
             call["function"]["arguments"] += arguments
         elif arguments is not None:
             # A stack that sends the arguments as an object sends them whole; keep it as sent
-            # (normalize turns it into text and the gate sees it).
+            # (`normalize_response` turns it into text and the gate sees it).
             call["function"]["arguments"] = arguments
 
 

@@ -4,6 +4,10 @@ OpenRouter returns `reasoning` (+ `reasoning_details`), vLLM and SGLang `reasoni
 `reasoning`, Moonshot `reasoning_content`; tool calls come structured, or as raw markers left in
 a text field, or not at all. Nothing here trims, parses or re-serialises text: `arguments` stay
 the strings the API sent, whitespace included.
+
+The request readers at the end (`thinking_from_request`, `dialect_thinking`,
+`reasoning_excluded`) say what a request body asked in each dialect's words; the chat formats
+read a request with them during reconstruction, as the servers would have.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 from specregen.records import Completion, ToolCall
 
 REASONING_FIELDS = ("reasoning", "reasoning_content")
-# The key of a choice where the client's stream assembler (client/sse.py) notes what only the
+# The key of a choice where the stream assembler (wire/stream.py) notes what only the
 # stream showed: `{"content_at_calls": [chars of content before call k's first delta, ...],
 # "call_fragments": [deltas of call k, ...]}`.
 STREAM_KEY = "specregen_stream"
