@@ -9,13 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from specregen.console import make_console
 from specregen.errors import EXIT_OK, EXIT_PARTIAL, UsageError, storage_error, user_errors
+
+if TYPE_CHECKING:
+    from specregen.records import Declaration, TokenSample
 
 console = make_console(stderr=True)
 
@@ -50,8 +53,9 @@ def gate(
     ] = None,
     prompts: Annotated[
         Path | None,
-        typer.Option(help="Prompts JSONL (sample_id, meta.reference_first_turn) for trigger "
-                          "agreement with the dataset's own answers"),
+        typer.Option(help="Prompts JSONL (sample_id, meta.reference_first_turn, "
+                          "declared_tools) for trigger agreement with the dataset's own answers "
+                          "and the functions each prompt declares"),
     ] = None,
     accept_truncated: Annotated[
         bool, typer.Option("--accept-truncated/--reject-truncated",
@@ -105,6 +109,7 @@ def _run(
     import pyarrow as pa
 
     from specregen.gate import run_gate
+    from specregen.gate.declared import by_prompt
     from specregen.models.registry import DEFAULT_FORMAT, UnknownFormatError, get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
     from specregen.store.token_samples import (
@@ -115,7 +120,11 @@ def _run(
     )
 
     _check_tokens_file(tokens)
-    reference = load_reference(prompts) if prompts is not None else None
+    if prompts is not None:
+        reference, declared = load_prompts(prompts)
+        declarations = by_prompt(declared)
+    else:
+        reference, declarations = None, own_declaration
     try:
         meta = read_token_meta(tokens)
     except (TokenFileError, pa.ArrowException, OSError) as exc:
@@ -170,7 +179,7 @@ def _run(
 
             report = run_gate(
                 samples(), fmt, config, dataset=dataset, reference=reference,
-                on_accept=on_accept, on_quarantine=on_quarantine,
+                on_accept=on_accept, on_quarantine=on_quarantine, declarations=declarations,
             )
             accepted.close()
             quarantined.close()
@@ -247,9 +256,14 @@ def _check_same_tokenizer(tokens: Path, fmt: Any) -> None:
         )
 
 
-def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
-    """sample_id -> the dataset's own first answer, from a prompts JSONL file."""
+def load_prompts(path: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, Declaration]]:
+    """From a prompts JSONL file: sample_id -> the dataset's own first answer, and sample_id ->
+    what the prompt declares (`records.Declaration`: the line's statement, else its tools or
+    those of a glaive-style system prompt, as for `specregen infer`)."""
+    from specregen.sources.declared import line_declaration
+
     reference: dict[str, dict[str, Any] | None] = {}
+    declarations: dict[str, Declaration] = {}
     try:
         handle = path.open(encoding="utf-8")
     except OSError as exc:
@@ -267,7 +281,19 @@ def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
             meta = row.get("meta")
             meta = meta if isinstance(meta, dict) else {}
             reference[row["sample_id"]] = _compact(meta.get("reference_first_turn"))
-    return reference
+            declaration = line_declaration(row)
+            if declaration.tools or declaration.problem:
+                declarations[row["sample_id"]] = declaration
+    return reference, declarations
+
+
+def own_declaration(sample: TokenSample) -> Declaration:
+    """A token file gated without its prompts: what the sample's own request declares (its
+    tools, else those of a glaive-style system prompt), the rule for a prompt line that states
+    nothing."""
+    from specregen.sources.declared import declared_by
+
+    return declared_by(sample.tools, sample.messages)
 
 
 def _compact(ref: Any) -> dict[str, Any] | None:
