@@ -120,11 +120,14 @@ def _run(
     )
 
     _check_tokens_file(tokens)
-    if prompts is not None:
-        reference, declared = load_prompts(prompts)
-        declarations = by_prompt(declared)
-    else:
-        reference, declarations = None, own_declaration
+    reference, stated = load_prompts(prompts) if prompts is not None else (None, {})
+    by_id = by_prompt(stated)
+
+    def declarations(sample: TokenSample) -> Declaration:
+        # A prompt line's own statement, else (a line that states none, or no prompts file)
+        # what the sample's request declares, read as such a line would be.
+        found = by_id(sample)
+        return found if found is not None else own_declaration(sample)
     try:
         meta = read_token_meta(tokens)
     except (TokenFileError, pa.ArrowException, OSError) as exc:
@@ -258,9 +261,9 @@ def _check_same_tokenizer(tokens: Path, fmt: Any) -> None:
 
 def load_prompts(path: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, Declaration]]:
     """From a prompts JSONL file: sample_id -> the dataset's own first answer, and sample_id ->
-    what the prompt declares (`records.Declaration`: the line's statement, else its tools or
-    those of a glaive-style system prompt, as for `specregen infer`)."""
-    from specregen.sources.declared import line_declaration
+    the functions the line states its prompt declares (`declared_tools`, as the pipeline's
+    prompt chunks hold them), for the lines that state them."""
+    from specregen.records import Declaration
 
     reference: dict[str, dict[str, Any] | None] = {}
     declarations: dict[str, Declaration] = {}
@@ -281,16 +284,15 @@ def load_prompts(path: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str
             meta = row.get("meta")
             meta = meta if isinstance(meta, dict) else {}
             reference[row["sample_id"]] = _compact(meta.get("reference_first_turn"))
-            declaration = line_declaration(row)
-            if declaration.tools or declaration.problem:
-                declarations[row["sample_id"]] = declaration
+            if "declared_tools" in row:
+                declarations[row["sample_id"]] = Declaration(
+                    row["declared_tools"] or None, row.get("declaration_problem"))
     return reference, declarations
 
 
 def own_declaration(sample: TokenSample) -> Declaration:
-    """A token file gated without its prompts: what the sample's own request declares (its
-    tools, else those of a glaive-style system prompt), the rule for a prompt line that states
-    nothing."""
+    """What a sample's own request declares (its tools, else those of a glaive-style system
+    prompt): the rule for a prompt line that states nothing (specregen/sources/declared.py)."""
     from specregen.sources.declared import declared_by
 
     return declared_by(sample.tools, sample.messages)
