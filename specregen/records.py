@@ -36,6 +36,26 @@ class Prompt:
     # "all": `messages` is the dataset's whole conversation, regenerated turn by turn
     # (specregen/conversation); "first": a prefix ending on the user turn to answer.
     turns: Literal["first", "all"] = "first"
+    # The functions the prompt declares to the model, as its dataset adapter read them (OpenAI
+    # tools): the `tools` sent, or those its system prompt declares; None: none. The adapter
+    # knows its dataset's system prompt form, so the gate, which holds calls to these, needs
+    # none (specregen/sources/declared.py).
+    declared_tools: list[dict[str, Any]] | None = None
+    # Why the declared functions could not be read (the gate quarantines calls, saying so).
+    declaration_problem: str | None = None
+
+    @property
+    def declaration(self) -> Declaration:
+        return Declaration(self.declared_tools, self.declaration_problem)
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What a prompt declares, as its adapter stated it; the gate gets it with the sample. (Where
+    the model read it, the request's `tools` or the system prompt, the sample's `tools` say.)"""
+
+    tools: list[dict[str, Any]] | None = None  # OpenAI tools; None: none
+    problem: str | None = None  # why the declared functions could not be read
 
 
 @dataclass(frozen=True, slots=True)

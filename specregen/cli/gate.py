@@ -9,13 +9,16 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
 from specregen.console import make_console
 from specregen.errors import EXIT_OK, EXIT_PARTIAL, UsageError, storage_error, user_errors
+
+if TYPE_CHECKING:
+    from specregen.records import Declaration, TokenSample
 
 console = make_console(stderr=True)
 
@@ -50,8 +53,9 @@ def gate(
     ] = None,
     prompts: Annotated[
         Path | None,
-        typer.Option(help="Prompts JSONL (sample_id, meta.reference_first_turn) for trigger "
-                          "agreement with the dataset's own answers"),
+        typer.Option(help="Prompts JSONL (sample_id, meta.reference_first_turn, "
+                          "declared_tools) for trigger agreement with the dataset's own answers "
+                          "and the functions each prompt declares"),
     ] = None,
     accept_truncated: Annotated[
         bool, typer.Option("--accept-truncated/--reject-truncated",
@@ -105,6 +109,7 @@ def _run(
     import pyarrow as pa
 
     from specregen.gate import run_gate
+    from specregen.gate.declared import by_prompt
     from specregen.models.registry import DEFAULT_FORMAT, UnknownFormatError, get_format
     from specregen.models.tokenizer import TokenizerError, load_tokenizer
     from specregen.store.token_samples import (
@@ -115,7 +120,14 @@ def _run(
     )
 
     _check_tokens_file(tokens)
-    reference = load_reference(prompts) if prompts is not None else None
+    reference, stated = load_prompts(prompts) if prompts is not None else (None, {})
+    by_id = by_prompt(stated)
+
+    def declarations(sample: TokenSample) -> Declaration:
+        # A prompt line's own statement, else (a line that states none, or no prompts file)
+        # what the sample's request declares, read as such a line would be.
+        found = by_id(sample)
+        return found if found is not None else own_declaration(sample)
     try:
         meta = read_token_meta(tokens)
     except (TokenFileError, pa.ArrowException, OSError) as exc:
@@ -170,7 +182,7 @@ def _run(
 
             report = run_gate(
                 samples(), fmt, config, dataset=dataset, reference=reference,
-                on_accept=on_accept, on_quarantine=on_quarantine,
+                on_accept=on_accept, on_quarantine=on_quarantine, declarations=declarations,
             )
             accepted.close()
             quarantined.close()
@@ -247,9 +259,14 @@ def _check_same_tokenizer(tokens: Path, fmt: Any) -> None:
         )
 
 
-def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
-    """sample_id -> the dataset's own first answer, from a prompts JSONL file."""
+def load_prompts(path: Path) -> tuple[dict[str, dict[str, Any] | None], dict[str, Declaration]]:
+    """From a prompts JSONL file: sample_id -> the dataset's own first answer, and sample_id ->
+    the functions the line states its prompt declares (`declared_tools`, as the pipeline's
+    prompt chunks hold them), for the lines that state them."""
+    from specregen.records import Declaration
+
     reference: dict[str, dict[str, Any] | None] = {}
+    declarations: dict[str, Declaration] = {}
     try:
         handle = path.open(encoding="utf-8")
     except OSError as exc:
@@ -267,7 +284,18 @@ def load_reference(path: Path) -> dict[str, dict[str, Any] | None]:
             meta = row.get("meta")
             meta = meta if isinstance(meta, dict) else {}
             reference[row["sample_id"]] = _compact(meta.get("reference_first_turn"))
-    return reference
+            if "declared_tools" in row:
+                declarations[row["sample_id"]] = Declaration(
+                    row["declared_tools"] or None, row.get("declaration_problem"))
+    return reference, declarations
+
+
+def own_declaration(sample: TokenSample) -> Declaration:
+    """What a sample's own request declares (its tools, else those of a glaive-style system
+    prompt): the rule for a prompt line that states nothing (specregen/sources/declared.py)."""
+    from specregen.sources.declared import declared_by
+
+    return declared_by(sample.tools, sample.messages)
 
 
 def _compact(ref: Any) -> dict[str, Any] | None:

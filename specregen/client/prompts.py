@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 from specregen.errors import UsageError
 from specregen.records import TOOL_MODES, Prompt
+from specregen.sources.declared import line_declaration
 
 TURNS = ("first", "all")
 
@@ -21,7 +22,9 @@ class PromptLineError(UsageError, ValueError):
 
 
 def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
-    """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?, turns?}`.
+    """One Prompt from a JSONL line `{sample_id, messages, tools?, tool_mode?, meta?, turns?,
+    declared_tools?, declaration_problem?}`; a line that does not state its declared functions
+    declares its tools, or those of a glaive-style system prompt (specregen/sources/declared.py).
 
     `turns` ("first" / "all") overrides the line's own (`specregen infer --turns all`). A whole
     conversation is checked the way the engine will walk it (the reason names the message)."""
@@ -49,6 +52,14 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
         isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
     ):
         raise PromptLineError(f"sample {sample_id}: 'tools' is not a list of objects")
+    declared = row.get("declared_tools")
+    if declared is not None and not (
+        isinstance(declared, list) and all(isinstance(t, dict) for t in declared)
+    ):
+        raise PromptLineError(f"sample {sample_id}: 'declared_tools' is not a list of objects")
+    if not isinstance(row.get("declaration_problem"), str | None):
+        raise PromptLineError(f"sample {sample_id}: 'declaration_problem' is not a string")
+    declaration = line_declaration(row)
     tool_mode = row.get("tool_mode") or "tools"
     if tool_mode not in TOOL_MODES:
         raise PromptLineError(
@@ -64,6 +75,7 @@ def parse_prompt_line(line: str, *, turns: str | None = None) -> Prompt:
     prompt = Prompt(
         sample_id=sample_id, messages=messages, tools=tools or None, tool_mode=tool_mode,
         meta=meta, turns=cast(Literal["first", "all"], turns),  # checked against TURNS above
+        declared_tools=declaration.tools, declaration_problem=declaration.problem,
     )
     if turns == "all":
         from specregen.conversation.plan import ConversationError, plan_conversation

@@ -13,7 +13,9 @@ Per sample (`check_sample`), each check either passes or gives a reason (check n
   is a reconstruction bug: a hard invariant break that fails the dataset whatever the threshold.
 - `arguments_json`, `arguments_schema`, `schema_invalid`: arguments are a JSON object
   (no NaN/Infinity) that satisfies the declared tool's parameters (quirks: `gate.schema`).
-- `name_declared`: the function is declared in `tools`, or in a glaive-style system prompt.
+- `name_declared`: the function is declared: in `tools`, or in the system prompt (a glaive
+  row's), as the dataset's adapter read the prompt (`Prompt.declaration`, handed to
+  `run_gate` as `declarations`; the gate reads no system prompt itself).
 - `tool_id_form`: ids follow the format's id rule (`ChatFormat.tool_id_problems`; the report
   words it as the family's descriptor does, `Family.tool_id_rule`): K2.5's are
   `functions.NAME:IDX`, NAME the call's name, indices counting on from the conversation's

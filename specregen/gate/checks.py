@@ -17,7 +17,7 @@ from specregen.gate.declared import Declared, declared_tools
 from specregen.jsonkind import json_kind
 from specregen.models.chat_format import ChatFormat
 from specregen.reconstruct import TRUST_BREAKING_FLAGS
-from specregen.records import EVIDENCE_LEVELS, TokenSample, ToolCall
+from specregen.records import EVIDENCE_LEVELS, Declaration, TokenSample, ToolCall
 from specregen.sources._common import strict_json_loads
 
 CHECKS = (
@@ -70,8 +70,10 @@ class GateDecision:
         return [str(r) for r in self.reasons]
 
 
-def check_sample(sample: TokenSample, fmt: ChatFormat, config: GateConfig) -> GateDecision:
-    """Run every check on one sample."""
+def check_sample(sample: TokenSample, fmt: ChatFormat, config: GateConfig,
+                 declaration: Declaration | None = None) -> GateDecision:
+    """Run every check on one sample; `declaration`: what its prompt declares (its adapter's
+    statement, `Prompt.declaration`), else the tools its request sent are the declaration."""
     if sample.status == "error":
         detail = f"error: {sample.error or 'reconstruction failed'}"
         return GateDecision(sample.sample_id, (Reason("reconstruction", _clip(detail)),))
@@ -88,7 +90,7 @@ def check_sample(sample: TokenSample, fmt: ChatFormat, config: GateConfig) -> Ga
 
     trip = _round_trip(sample, fmt, ids, structure.problems, truncated)
     hard = trip is not None and sample.status == "ok"
-    declared = declared_tools(sample.tools, sample.messages)
+    declared = declared_tools(sample, declaration)
     schema_reasons, quirks = _arguments(calls[:with_args], declared)
     for reason in (
         trip,

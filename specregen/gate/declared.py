@@ -1,22 +1,24 @@
 """Which functions a sample declared, and their parameter schemas.
 
-Two places declare tools: the request's `tools` (OpenAI-wrapped or bare function specs), or, for
-`tool_mode == "system_prompt"` samples without `tools`, the system message. The only system
-prompt format understood is glaive's (the functions lead-in followed by concatenated JSON function
-objects); its own parser, `sources.glaive.parse_system`, is reused as is by putting back the
-`SYSTEM: ` tag the adapter removed. Any other system prompt declares no function.
+The declaration comes with the sample (`records.Declaration`): its prompt's, as the dataset's
+adapter stated it (`Prompt.declaration`; pipeline/gating.py reads it from the prompt chunks), so
+the gate reads no system prompt. A sample gated without one (a token file without its prompts)
+declares the tools its request sent, if any.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
 from specregen.gate.schema import Compiled, Outcome, compile_parameters, validate_compiled
-from specregen.sources._common import RowError
-from specregen.sources.glaive import FUNCTIONS_LEAD_IN, SYSTEM_TAG, parse_system
+from specregen.records import Declaration, TokenSample
+
+# A sample's prompt's declaration, if known.
+DeclarationOf = Callable[[TokenSample], Declaration | None]
 
 # Stands for "the spec has no `parameters` key", which means any arguments object.
 NO_PARAMETERS: dict[str, Any] = {}
@@ -61,50 +63,39 @@ class Declared:
         return shown + (f", … ({len(names)} in all)" if len(names) > limit else "")
 
 
-def declared_tools(
-    tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]] | None
-) -> Declared:
-    """The functions a sample declared, from `tools`, else from its system prompt."""
-    if tools:
-        # Keyed by the JSON text: a dataset repeats the same few tool lists in every sample.
-        # (Not by Python equality, which would take 1, 1.0 and true for one another.)
-        return _from_tools(json.dumps(tools, ensure_ascii=False, separators=(",", ":")))
-    system = _system_text(messages)
-    if system is None:
+def by_prompt(declarations: Mapping[str, Declaration]) -> DeclarationOf:
+    """Declarations by prompt id: a conversation's samples share their conversation's."""
+    return lambda sample: declarations.get(sample.conversation_id or sample.sample_id)
+
+
+def declared_tools(sample: TokenSample, declaration: Declaration | None = None) -> Declared:
+    """The functions `sample` declared: its prompt's `declaration` when given, else the tools
+    its request sent (all a token file gated without its prompts can say)."""
+    # Where the model read them: the request's `tools` when it sent some, else the system prompt.
+    source = "tools" if sample.tools else "system_prompt"
+    if declaration is None:
+        declaration = Declaration(sample.tools)
+    if declaration.problem is not None:
+        return Declared(source=source, problem=declaration.problem)
+    if not declaration.tools:
         return Declared()
-    return _from_system_prompt(system)
-
-
-def _system_text(messages: list[dict[str, Any]] | None) -> str | None:
-    for message in messages or ():
-        if isinstance(message, dict) and message.get("role") == "system":
-            content = message.get("content")
-            return content if isinstance(content, str) else None
-    return None
+    # Keyed by the JSON text: a dataset repeats the same few tool lists in every sample.
+    # (Not by Python equality, which would take 1, 1.0 and true for one another.)
+    tools_json = json.dumps(declaration.tools, ensure_ascii=False, separators=(",", ":"))
+    return _from_tools(tools_json, source)
 
 
 @lru_cache(maxsize=1024)
-def _from_tools(tools_json: str) -> Declared:
+def _from_tools(tools_json: str, source: str) -> Declared:
     schemas: dict[str, Any] = {}
     for i, item in enumerate(json.loads(tools_json)):
         spec = item.get("function") if isinstance(item, dict) and "function" in item else item
         name = spec.get("name") if isinstance(spec, dict) else None
         if not isinstance(spec, dict) or not isinstance(name, str) or not name:
-            return Declared(schemas, "tools", f"tools[{i}] has no function name")
+            return Declared(schemas, source, f"tools[{i}] has no function name")
         parameters = spec.get("parameters", NO_PARAMETERS)
         if name in schemas and schemas[name] != parameters:
-            return Declared(schemas, "tools", f"function {name!r} is declared twice, differently")
+            return Declared(schemas, source, f"function {name!r} is declared twice, differently")
         schemas[name] = parameters
-    return Declared(schemas, "tools")
+    return Declared(schemas, source)
 
-
-@lru_cache(maxsize=1024)
-def _from_system_prompt(system: str) -> Declared:
-    if not system.startswith(FUNCTIONS_LEAD_IN):
-        return Declared()
-    try:
-        specs, _dropped = parse_system(SYSTEM_TAG + system)
-    except RowError as err:
-        return Declared(source="system_prompt", problem=f"system prompt: {err}")
-    schemas = {spec["name"]: spec.get("parameters", NO_PARAMETERS) for spec in specs or ()}
-    return Declared(schemas, "system_prompt")

@@ -21,6 +21,7 @@ from specregen.gate.checks import (
     turn_history_answers,
 )
 from specregen.gate.config import GateConfig
+from specregen.gate.declared import DeclarationOf
 from specregen.models.chat_format import ChatFormat
 from specregen.records import EVIDENCE_LEVELS, TokenSample
 
@@ -106,12 +107,16 @@ def run_gate(
     on_accept: Callback | None = None,
     on_quarantine: Callback | None = None,
     provider: Mapping[str, bool | None] | None = None,
+    declarations: DeclarationOf | None = None,
 ) -> GateReport:
     """Check every sample, hand each to its callback with the decision, and report.
-    `provider`: the probe's findings the reconstruction used (the report names them)."""
+    `provider`: the probe's findings the reconstruction used (the report names them).
+    `declarations`: each sample's prompt's declaration (`declared.by_prompt`); without one a
+    sample declares the tools its request sent."""
     tally = Tally(config, reference)
     for sample in samples:
-        decision = check_sample(sample, fmt, config)
+        declaration = declarations(sample) if declarations is not None else None
+        decision = check_sample(sample, fmt, config, declaration)
         tally.add(sample, decision)
         callback = on_accept if decision.accepted else on_quarantine
         if callback is not None:

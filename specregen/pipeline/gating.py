@@ -9,13 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.gate import GateReport, run_gate
+from specregen.gate.declared import by_prompt
 from specregen.gate.report import TRANSFORMATIONS
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
 from specregen.pipeline.reconstruction import run_format
 from specregen.progress import Progress
-from specregen.records import TokenSample
+from specregen.records import Declaration, TokenSample
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
 from specregen.store.token_samples import (
     read_token_samples,
@@ -34,8 +35,10 @@ def gate_dataset(
     done = read_manifest(run.store, run.name, STAGE, run.gate_fp)
     if done is not None:
         return done
-    # The dataset's own answers, one chunk at a time (shard k is chunk k): memory stays flat.
+    # The dataset's own answers and what each prompt declares, one chunk at a time (shard k
+    # is chunk k): memory stays flat.
     reference: dict[str, dict[str, Any] | None] = {}
+    declarations: dict[str, Declaration] = {}
     shards: list[Shard] = []
     accepted: list[TokenSample] = []
     quarantined: list[tuple[TokenSample, list[str]]] = []
@@ -58,7 +61,8 @@ def gate_dataset(
     def samples() -> Iterator[TokenSample]:
         for chunk, shard in enumerate(reconstructed.shards):
             reference.clear()
-            reference.update(_reference_answers(run, chunk))
+            declarations.clear()
+            _read_prompts(run, chunk, reference, declarations)
             # Ids are unique across chunks (the source reader drops duplicates); within a
             # shard, a sample answered in two runs counts once.
             seen: set[str] = set()
@@ -89,6 +93,7 @@ def gate_dataset(
         on_quarantine=on_quarantine,
         provider=None if run.traits is None else {
             name: getattr(run.traits, name) for name in TRANSFORMATIONS},
+        declarations=by_prompt(declarations),
     )
     run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")
     run.store.write_bytes(report.to_markdown().encode(), run.name, STAGE, run.gate_fp,
@@ -146,14 +151,17 @@ def read_report(run: DatasetRun) -> tuple[dict[str, Any], str]:
     return json.loads(data), markdown
 
 
-def _reference_answers(run: DatasetRun, chunk: int) -> dict[str, dict[str, Any] | None]:
-    # Only what trigger agreement needs: text answers shrink to their kind.
-    reference: dict[str, dict[str, Any] | None] = {}
+def _read_prompts(run: DatasetRun, chunk: int, reference: dict[str, dict[str, Any] | None],
+                  declarations: dict[str, Declaration]) -> None:
+    """What the gate needs of the chunk's prompts: the dataset's own answers (only what
+    trigger agreement needs: text answers shrink to their kind) and the functions each prompt
+    declares, as its adapter stated them (the gate reads no system prompt)."""
     for prompt in read_chunk(run, chunk):
         ref = prompt.meta.get("reference_first_turn")
         if isinstance(ref, dict):
             reference[prompt.sample_id] = {"kind": "text"} if ref.get("kind") == "text" else ref
-    return reference
+        if prompt.declared_tools or prompt.declaration_problem:
+            declarations[prompt.sample_id] = prompt.declaration
 
 
 def _counts(report: GateReport) -> dict[str, int]:

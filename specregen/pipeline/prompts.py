@@ -9,6 +9,7 @@ from dataclasses import asdict
 from specregen.pipeline.layout import DatasetRun, chunk_name
 from specregen.records import Prompt, SourceReject
 from specregen.sources import read_source
+from specregen.sources.declared import line_declaration
 from specregen.store.manifest import Shard, StageManifest, read_manifest, write_manifest
 
 STAGE = "prompts"
@@ -70,8 +71,17 @@ def prompt_to_json(prompt: Prompt) -> str:
     row = asdict(prompt)
     if prompt.turns == "first":
         del row["turns"]  # the default: first-turn chunks stay byte for byte what they were
+    # `declared_tools` is always written (null too): its absence marks a chunk written before
+    # adapters stated it. A problem is rare: written only when there is one.
+    if prompt.declaration_problem is None:
+        del row["declaration_problem"]
     return json.dumps(row, ensure_ascii=False)
 
 
 def prompt_from_json(line: str) -> Prompt:
-    return Prompt(**json.loads(line))
+    row = json.loads(line)
+    # An older chunk's prompt gets the statement its adapter makes today (the same, for every
+    # adapter: sources/declared.py), so its samples gate as they did.
+    declaration = line_declaration(row)
+    row["declared_tools"], row["declaration_problem"] = declaration.tools, declaration.problem
+    return Prompt(**row)

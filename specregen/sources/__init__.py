@@ -7,7 +7,9 @@
 Every Prompt is single-turn: `[system, first user turn]` with the dataset's own system text, or
 `[first user turn]` when it has none (the chat format's template then applies its default). The
 source's own answer to that turn is kept in `meta["reference_first_turn"]`, and
-`meta["source_row"]` says where the row came from.
+`meta["source_row"]` says where the row came from. Each Prompt states the functions it declares
+(`declared_tools`, sent as `tools` or written in its system prompt: `declared.py`), which the
+gate holds its calls to.
 
 An adapter in `ADAPTERS` converts one decoded row; `read_source` does the reading (any fsspec
 URL; JSON array, JSONL or parquet), undecodable rows, duplicates and `limit`.

@@ -7,12 +7,14 @@ from typing import Any, Literal
 
 from specregen.errors import UsageError
 from specregen.jsonkind import json_kind
-from specregen.records import Prompt, SourceReject
+from specregen.records import Declaration, Prompt, SourceReject
 
 # A row without a system text gets no system message: what the model then sees is its chat
 # format's business (one template injects a default system prompt, another none), the
 # same whether the server renders the template or we do.
 DEFAULT_SYSTEM_PROMPT: str | None = None
+# What a prompt without tools, and without functions in its system prompt, declares.
+NONE_DECLARED = Declaration()
 
 
 class RowError(UsageError):
@@ -64,6 +66,7 @@ def make_prompt(
     tools: list[dict[str, Any]] | None = None,
     tool_mode: str = "tools",
     meta: dict[str, Any],
+    declaration: Declaration = NONE_DECLARED,
 ) -> Prompt:
     return Prompt(
         sample_id=sample_id,
@@ -71,6 +74,9 @@ def make_prompt(
         tools=tools,
         tool_mode=tool_mode,  # type: ignore[arg-type]
         meta=meta,
+        # What the prompt declares, as the adapter read it (sources/declared.py).
+        declared_tools=declaration.tools,
+        declaration_problem=declaration.problem,
     )
 
 
@@ -90,13 +96,15 @@ def conversation_prompt(
     tools: list[dict[str, Any]] | None = None,
     tool_mode: str = "tools",
     meta: dict[str, Any],
+    declaration: Declaration = NONE_DECLARED,
 ) -> Prompt:
     """A whole conversation (`turns: all`), checked the way the driver will walk it, so a row it
     could not regenerate turn by turn is refused here with the message that breaks it."""
     from specregen.conversation.plan import ConversationError, plan_conversation
 
     prompt = Prompt(sample_id=sample_id, messages=messages, tools=tools,
-                    tool_mode=tool_mode, meta=meta, turns="all")  # type: ignore[arg-type]
+                    tool_mode=tool_mode, meta=meta, turns="all",  # type: ignore[arg-type]
+                    declared_tools=declaration.tools, declaration_problem=declaration.problem)
     try:
         plan_conversation(prompt)
     except ConversationError as err:

@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specregen.records import TOOL_MODES, Prompt, SourceReject
+from specregen.records import TOOL_MODES, Declaration, Prompt, SourceReject
 from specregen.sources._common import (
     RowError,
     arguments_object,
@@ -117,7 +117,8 @@ def convert(
             tools = None if functions is None else [wrap_function(spec) for spec in functions]
             meta = _meta(row_label, chat_turns, dropped)
             return conversation_prompt(sample_id, conversation_messages(system, chat_turns),
-                                       tools=tools, tool_mode=tool_mode, meta=meta)
+                                       tools=tools, tool_mode=tool_mode, meta=meta,
+                                       declaration=Declaration(tools))
     except RowError as err:
         return reject(sample_id, row_label, str(err))
 
@@ -128,8 +129,10 @@ def convert(
         )
     system = _system_text(functions, system_field, tool_mode)
     tools = [wrap_function(spec) for spec in functions]
+    # In either mode the row declares these: sent as `tools`, or written in the system prompt.
     return make_prompt(
-        sample_id, system, chat_turns[0].content, tools=tools, tool_mode=tool_mode, meta=meta
+        sample_id, system, chat_turns[0].content, tools=tools, tool_mode=tool_mode, meta=meta,
+        declaration=Declaration(tools),
     )
 
 
@@ -185,6 +188,20 @@ def parse_system(system: str) -> tuple[list[dict[str, Any]] | None, list[str]]:
             f"system is neither the functions lead-in nor the no-functions sentence: {body[:80]!r}"
         )
     return dedupe_functions(decode_functions(body.removeprefix(FUNCTIONS_LEAD_IN)))
+
+
+def system_declaration(system: str) -> Declaration:
+    """The functions a system prompt in glaive's form (the functions lead-in, without the
+    `SYSTEM: ` tag) declares, as OpenAI tools, or why they cannot be read; none for a text not
+    in that form. For rows of the other adapters (specregen/sources/declared.py); glaive's own
+    rows are refused instead."""
+    if not system.startswith(FUNCTIONS_LEAD_IN):
+        return Declaration()
+    try:
+        specs, _dropped = parse_system(SYSTEM_TAG + system)
+    except RowError as err:
+        return Declaration(problem=f"system prompt: {err}")
+    return Declaration([wrap_function(spec) for spec in specs or ()])
 
 
 def decode_functions(text: str) -> list[dict[str, Any]]:

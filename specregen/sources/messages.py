@@ -6,7 +6,8 @@ system message, else none (the chat format's default applies). Every assistant t
 row is checked (declared name, arguments a JSON object), as glaive rows are, so a broken row is
 not half-used. With `turns="all"` the whole conversation is the Prompt
 (`conversation_messages`), refused when the driver could not walk it (a call without its
-results, a tool message answering nothing).
+results, a tool message answering nothing). A row without tools may declare functions in its
+system message, glaive style (specregen/sources/declared.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from specregen.sources._common import (
     conversation_prompt,
     make_prompt,
     parse_tools,
+    prompt_messages,
     reject,
     require_object,
     require_user_text,
@@ -31,6 +33,7 @@ from specregen.sources._common import (
     tool_names,
     type_name,
 )
+from specregen.sources.declared import declared_by
 from specregen.sources.ids import row_id
 
 # UltraChat names its id `prompt_id`.
@@ -56,11 +59,13 @@ def convert(row: Any, *, dataset: str, row_label: str,
         meta = {"source_row": row_label,
                 "reference_first_turn": reference(messages, calls, user_at)}
         if turns == "all":
-            return conversation_prompt(sample_id, conversation_messages(messages, calls),
-                                       tools=tools, meta=meta)
+            conversation = conversation_messages(messages, calls)
+            return conversation_prompt(sample_id, conversation, tools=tools, meta=meta,
+                                       declaration=declared_by(tools, conversation))
     except RowError as err:
         return reject(sample_id, row_label, str(err))
-    return make_prompt(sample_id, system, user, tools=tools, meta=meta)
+    return make_prompt(sample_id, system, user, tools=tools, meta=meta,
+                       declaration=declared_by(tools, prompt_messages(system, user)))
 
 
 def conversation_messages(messages: list[dict[str, Any]],

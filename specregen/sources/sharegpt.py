@@ -5,7 +5,8 @@ LLaMA-Factory's converted glaive (`function_call` turns holding `{"name", "argum
 `observation` turns, `tools` as a JSON string of bare function specs, "" or "[]" for none) and
 hermes' `tool` turns (taken as observations). Any other role is refused rather than dropped,
 since dropping a turn silently changes what the next turn answers. With `turns="all"` the whole
-conversation is the Prompt (`conversation_messages`).
+conversation is the Prompt (`conversation_messages`). A row without tools may declare functions
+in its system text, glaive style (specregen/sources/declared.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from specregen.sources._common import (
     conversation_prompt,
     make_prompt,
     parse_tools,
+    prompt_messages,
     reject,
     require_object,
     require_user_text,
@@ -31,6 +33,7 @@ from specregen.sources._common import (
     tool_names,
     type_name,
 )
+from specregen.sources.declared import declared_by
 from specregen.sources.ids import row_id
 
 ROLES = {
@@ -66,10 +69,12 @@ def convert(row: Any, *, dataset: str, row_label: str,
         meta = {"source_row": row_label, "reference_first_turn": reference(chat, calls, user_at)}
         if turns == "all":
             messages = conversation_messages(system, chat[user_at:], calls, user_at)
-            return conversation_prompt(sample_id, messages, tools=tools, meta=meta)
+            return conversation_prompt(sample_id, messages, tools=tools, meta=meta,
+                                       declaration=declared_by(tools, messages))
     except RowError as err:
         return reject(sample_id, row_label, str(err))
-    return make_prompt(sample_id, system, user, tools=tools, meta=meta)
+    return make_prompt(sample_id, system, user, tools=tools, meta=meta,
+                       declaration=declared_by(tools, prompt_messages(system, user)))
 
 
 def conversation_messages(system: str | None, turns: list[Turn], calls: dict[int, list[Call]],

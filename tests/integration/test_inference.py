@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specregen.cli import app
+from specregen.client.prompts import parse_prompt_line
 from specregen.emulator.config import (
     PROFILES,
     RECOVERABLE_PROFILES,
@@ -126,6 +127,9 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
     assert result.exit_code == 0, result.output
     samples = {s.sample_id: s for s in read_token_samples(tokens)}
     assert sorted(samples) == sorted(p["sample_id"] for p in prompts(18))
+    # What each prompt declares (the glaive ones: the function of their system prompt), as a
+    # run hands it to the gate.
+    declared = {p["sample_id"]: parse_prompt_line(json.dumps(p)).declaration for p in prompts(18)}
     called = [s for s in samples.values() if s.finish_reason == "tool_calls" or s.tool_calls]
     assert called, "the emulator made no tool call: the profile went untested"
     fmt = KimiK25(tok)
@@ -137,7 +141,7 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
             assert s.status != "ok" or s.reference_match in ("exact", "benign_bpe"), (
                 s.sample_id, s.flags, s.reference_match)
             if s.status == "ok":
-                decision = check_sample(s, fmt, GateConfig())
+                decision = check_sample(s, fmt, GateConfig(), declared[s.sample_id])
                 assert decision.accepted, (s.sample_id, decision.reason_strings())
         assert sum(s.status == "ok" for s in samples.values()) >= len(samples) // 2
     elif profile in RECOVERABLE_PROFILES:
@@ -145,7 +149,7 @@ def test_every_profile_round_trips_through_infer_and_reconstruct(tmp_path, tok, 
             assert s.status == "ok", (s.sample_id, s.flags, s.error)
             assert s.reference_match in ("exact", "benign_bpe"), (s.sample_id, s.reference_match)
             # No false quarantine on a clean run of a recoverable provider.
-            decision = check_sample(s, fmt, GateConfig())
+            decision = check_sample(s, fmt, GateConfig(), declared[s.sample_id])
             assert decision.accepted, (s.sample_id, decision.reason_strings())
     else:
         assert all(s.status == "flagged" for s in called)
@@ -335,7 +339,6 @@ def test_fault_storm_keeps_the_window_full_and_one_retry_failed_answers_all(tmp_
     from specregen.client import engine as engine_module
     from specregen.client.config import EndpointConfig
     from specregen.client.engine import run_inference
-    from specregen.client.prompts import parse_prompt_line
 
     config = EmulatorConfig(seed=14, rate_429=0.20, retry_after_seconds=1, rate_5xx=0.10,
                             rate_reset=0.05, rate_truncated=0.01, rate_stream_error=0.01,

@@ -15,6 +15,7 @@ from specregen.cli import app
 from specregen.cli.gate import OUTPUT_FILES
 from specregen.errors import EXIT_PARTIAL
 from specregen.gate import CHECKS, GateConfig, check_sample, run_gate
+from specregen.gate.declared import by_prompt
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,
@@ -25,7 +26,7 @@ from specregen.models.kimi_k25 import (
 )
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
-from specregen.records import Prompt, ProviderTraits, TokenSample, ToolCall
+from specregen.records import Declaration, Prompt, ProviderTraits, TokenSample, ToolCall
 from specregen.sources import BUNDLED_SAMPLES, read_source
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN
 from specregen.store.token_samples import (
@@ -174,26 +175,45 @@ def test_truncated_call_is_exempt_only_while_it_is_cut(mini_fmt):
     assert "accept_truncated" in reasons_of(rejecting)["finish_reason"]
 
 
+# What an adapter states for GLAIVE_REQUEST's prompt: the function of its system prompt.
+GLAIVE_DECLARED = Declaration([{"type": "function", "function": WEATHER}])
+
+
 def test_system_prompt_declared_tools(mini_fmt):
-    """glaive's system_prompt mode: no `tools`; the provider leaves the markers in content."""
+    """glaive's system_prompt mode: no `tools`; the provider leaves the markers in content.
+    The gate judges the calls by the prompt's declaration, as its adapter stated it."""
     message = {"reasoning": "Use it.", "content": raw_section(("functions.get_weather:0", ARGS))}
     sample = build(mini_fmt, message, "stop", GLAIVE_REQUEST)
     assert sample.tool_mode == "system_prompt" and sample.tools is None
     # A provider that did not parse the calls reports `stop`: no disagreement there.
-    assert check_sample(sample, mini_fmt, GateConfig()).accepted
+    assert check_sample(sample, mini_fmt, GateConfig(), GLAIVE_DECLARED).accepted
 
     other = {"reasoning": "Use it.",
              "content": raw_section(("functions.get_time:0", "{}"))}
     undeclared = check_sample(build(mini_fmt, other, "stop", GLAIVE_REQUEST), mini_fmt,
-                              GateConfig(allow_stop_with_calls=True))
+                              GateConfig(allow_stop_with_calls=True), GLAIVE_DECLARED)
     detail = reasons_of(undeclared)["name_declared"]
-    assert "'get_time'" in detail and "system prompt" in detail and "get_weather" in detail
+    assert "'get_time'" in detail and "in the system prompt" in detail
+    assert "get_weather" in detail
 
     bad_args = {"reasoning": "Use it.",
                 "content": raw_section(("functions.get_weather:0", '{"city": 3}'))}
     violating = check_sample(build(mini_fmt, bad_args, "stop", GLAIVE_REQUEST), mini_fmt,
-                             GateConfig(allow_stop_with_calls=True))
+                             GateConfig(allow_stop_with_calls=True), GLAIVE_DECLARED)
     assert "type" in reasons_of(violating)["arguments_schema"]
+
+
+def test_the_gate_reads_no_system_prompt(mini_fmt):
+    """Without its prompt's declaration a system_prompt sample declares nothing: the gate
+    does not parse the glaive text in its system message itself."""
+    message = {"reasoning": "Use it.", "content": raw_section(("functions.get_weather:0", ARGS))}
+    sample = build(mini_fmt, message, "stop", GLAIVE_REQUEST)
+    detail = reasons_of(check_sample(sample, mini_fmt, GateConfig()))["name_declared"]
+    assert "no tools, and the system prompt declares none" in detail
+    # A run hands each sample its prompt's declaration, found by the prompt's id.
+    report = run_gate([sample], mini_fmt, GateConfig(), dataset="d",
+                      declarations=by_prompt({"s": GLAIVE_DECLARED}))
+    assert report.totals["quarantined"] == 0, report.examples
 
 
 @pytest.mark.parametrize("tool_mode", ["system_prompt", "tools"])
@@ -202,10 +222,11 @@ def test_bundled_glaive_rows_answered_like_the_dataset_pass(mini_fmt, tool_mode)
     adapter, path = BUNDLED_SAMPLES["B1_glaive"]
     prompts = [p for p in read_source(adapter, path, dataset="B1_glaive", tool_mode=tool_mode)
                if isinstance(p, Prompt)]
-    samples, reference = [], {}
+    samples, reference, declared = [], {}, {}
     for prompt in prompts:
         ref = prompt.meta["reference_first_turn"]
         reference[prompt.sample_id] = ref
+        declared[prompt.sample_id] = prompt.declaration
         request = {"messages": prompt.messages}
         if tool_mode == "tools":
             request["tools"] = prompt.tools
@@ -220,7 +241,8 @@ def test_bundled_glaive_rows_answered_like_the_dataset_pass(mini_fmt, tool_mode)
             message, finish = {"reasoning": "Call.", "content": section}, "stop"
         samples.append(build(mini_fmt, message, finish, request, sample_id=prompt.sample_id))
     config = GateConfig(allow_stop_with_calls=tool_mode == "system_prompt")
-    report = run_gate(samples, mini_fmt, config, dataset="B1_glaive", reference=reference)
+    report = run_gate(samples, mini_fmt, config, dataset="B1_glaive", reference=reference,
+                      declarations=by_prompt(declared))
     assert report.passed and report.totals["quarantined"] == 0, report.examples
     trigger = report.trigger_agreement
     called, text = trigger["dataset_called"], trigger["dataset_text"]
@@ -675,6 +697,32 @@ def test_cli_refuses_another_tokenizer_than_the_ids_were_built_with(tokens, tmp_
     assert result.exit_code == 2
     assert "was not built with tokenizer 'specregen-mini'" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_system_prompt_samples_declare_what_their_prompt_does(mini_fmt, tmp_path):
+    """`specregen gate` over a token file: a prompts line's `declared_tools` (the pipeline's
+    chunks hold them) is the declaration; a line without one, or no prompts file, reads the
+    sample's own request as the adapters read a row (its tools, else a glaive-style system
+    prompt), so a token file gates as it did."""
+    message = {"reasoning": "Use it.", "content": raw_section(("functions.get_weather:0", ARGS))}
+    sample = build(mini_fmt, message, "stop", GLAIVE_REQUEST, sample_id="g0")
+    tokens = tmp_path / "tokens.parquet"
+    write_token_samples([sample], tokens)
+
+    def gate(*extra: str) -> list[dict]:
+        out = tmp_path / f"gate{len(list(tmp_path.iterdir()))}"
+        result = CliRunner().invoke(app, ["gate", str(tokens), "--out", str(out),
+                                          "--allow-stop-with-calls", *extra])
+        assert result.exit_code in (0, EXIT_PARTIAL), result.output
+        return pq.read_table(out / "quarantined.parquet").to_pylist()
+
+    assert gate() == []
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"sample_id": "g0", "messages": []}) + "\n")
+    assert gate("--prompts", str(prompts)) == []
+    prompts.write_text(json.dumps({"sample_id": "g0", "declared_tools": None}) + "\n")
+    (row,) = gate("--prompts", str(prompts))
+    assert row["reasons"][0].startswith("name_declared: 'get_weather' is not declared")
 
 
 # --- the token file names its tokenizer -------------------------------------------------------

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
-from specregen.gate import GateConfig, check_sample
-from specregen.gate.declared import declared_tools
+from specregen.gate import GateConfig, check_sample, run_gate
+from specregen.gate.declared import by_prompt, declared_tools
 from specregen.gate.schema import validate_arguments
-from specregen.records import ToolCall
+from specregen.pipeline.prompts import prompt_from_json, prompt_to_json
+from specregen.records import Prompt, TokenSample, ToolCall
+from specregen.sources import read_source
+from specregen.sources.declared import declared_by
 from tests.unit.test_gate import build, call
 
 
@@ -173,25 +177,63 @@ def test_quirks_are_counted_in_the_report(mini_fmt):
 def test_declarations_that_cannot_be_read():
     twice = [{"type": "function", "function": {"name": "f", "parameters": {}}},
              {"name": "f", "parameters": {"type": "object", "properties": {"a": {}}}}]
-    declared = declared_tools(twice, None)
-    assert "declared twice" in declared.problem
-    bare = declared_tools([{"name": "g"}], None)
+    sent = dataclasses.replace(TokenSample.failed("s", "x"), tools=twice)
+    declared = declared_tools(sent)
+    assert declared.source == "tools" and "declared twice" in declared.problem
+    bare = declared_tools(dataclasses.replace(sent, tools=[{"name": "g"}]))
     assert list(bare.schemas) == ["g"] and bare.problem is None
+    # A glaive-style system prompt that does not parse: the adapter states why, and the gate
+    # keeps it as the declaration's problem.
     glaive_broken = [{"role": "system", "content": "You are a helpful assistant with access "
                       "to the following functions. Use them if required -\n{\"name\": "}]
-    broken = declared_tools(None, glaive_broken)
-    assert broken.source == "system_prompt" and "not valid JSON" in broken.problem
+    statement = declared_by(None, glaive_broken)
+    assert statement.tools is None and "not valid JSON" in statement.problem
+    broken = declared_tools(TokenSample.failed("s", "x"), statement)
+    assert broken.source == "system_prompt" and broken.problem == statement.problem
+
+
+BROKEN_SYSTEM = ("You are a helpful assistant with access to the following functions. Use them "
+                 "if required -\n{oops")
+# What the gate said before adapters stated declarations (it parsed the system prompt itself).
+UNREADABLE = (
+    "name_declared: 'get_weather' is not declared in the system prompt; declared: no function "
+    "declared (the declaration could not be read: system prompt: system function #0 is not "
+    "valid JSON (Expecting property name enclosed in double quotes at character 2 of the "
+    "function list): 'oops')"
+)
 
 
 def test_undeclared_call_names_the_unreadable_declaration(mini_fmt):
     sample = build(mini_fmt, {"reasoning": "r", "content": None, "tool_calls": [call()]},
                    "tool_calls")
-    broken_system = [{"role": "system", "content": "You are a helpful assistant with access to "
-                      "the following functions. Use them if required -\n{oops"},
+    broken_system = [{"role": "system", "content": BROKEN_SYSTEM},
                      {"role": "user", "content": "u"}]
     forged = dataclasses.replace(sample, tools=None, tool_mode="system_prompt",
                                  messages=broken_system,
                                  tool_calls=[ToolCall("functions.get_weather:0", "get_weather",
                                                       '{"city": "Paris"}')])
-    reasons = {r.check: r.detail for r in check_sample(forged, mini_fmt, GateConfig()).reasons}
-    assert "could not be read" in reasons["name_declared"]
+    statement = declared_by(None, broken_system)
+    reasons = check_sample(forged, mini_fmt, GateConfig(), statement).reason_strings()
+    assert reasons == [UNREADABLE]
+
+
+def test_a_row_whose_system_prompt_does_not_parse_is_quarantined_as_before(tmp_path, mini_fmt):
+    """A messages row without tools whose system prompt is a broken glaive declaration is still
+    a prompt; its problem travels with it (through a prompt chunk) and the gate quarantines the
+    calls with the words it used when it parsed the system prompt itself."""
+    row = {"id": "r0", "messages": [{"role": "system", "content": BROKEN_SYSTEM},
+                                    {"role": "user", "content": "Weather in Paris?"}]}
+    source = tmp_path / "rows.jsonl"
+    source.write_text(json.dumps(row) + "\n")
+    (prompt,) = read_source("messages", str(source), dataset="d")
+    assert isinstance(prompt, Prompt) and prompt.tools is None
+    assert prompt.declared_tools is None
+    assert prompt.declaration_problem.startswith("system prompt: system function #0 is not valid")
+    prompt = prompt_from_json(prompt_to_json(prompt))
+    sample = build(mini_fmt, {"reasoning": "r", "content": None, "tool_calls": [call()]},
+                   "tool_calls", {"messages": prompt.messages}, sample_id=prompt.sample_id)
+    quarantined = []
+    run_gate([sample], mini_fmt, GateConfig(max_quarantine_share=1.0), dataset="d",
+             declarations=by_prompt({prompt.sample_id: prompt.declaration}),
+             on_quarantine=lambda s, decision: quarantined.append(decision.reason_strings()))
+    assert [r for r in quarantined[0] if r.startswith("name_declared")] == [UNREADABLE]

@@ -11,7 +11,8 @@ from typing import Any
 import fsspec
 import pytest
 
-from specregen.records import Prompt, SourceReject
+from specregen.pipeline.prompts import prompt_from_json, prompt_to_json
+from specregen.records import Declaration, Prompt, SourceReject
 from specregen.sources import (
     ADAPTERS,
     BUNDLED_SAMPLES,
@@ -251,6 +252,76 @@ def test_glaive_system_prompt_mode_keeps_the_functions_in_the_system_text():
     no_functions = modes["system_prompt"][0]
     assert no_functions.messages[0]["content"] == NO_FUNCTIONS_SYSTEM
     assert no_functions.tools is None
+
+
+@pytest.mark.parametrize("turns", ["first", "all"])
+def test_glaive_states_the_declared_functions_in_both_tool_modes(turns):
+    """The adapter puts the row's functions on the prompt, whether they are sent as `tools` or
+    written in the system prompt: what the system prompt declares, read by glaive's parser."""
+    rows = json.loads(GLAIVE_DEFECTS.read_text())
+    modes = {
+        mode: by_row(records("glaive", GLAIVE_DEFECTS, tool_mode=mode, turns=turns))
+        for mode in ("tools", "system_prompt")
+    }
+    for row in (2, 5):
+        as_tools, in_system = modes["tools"][row], modes["system_prompt"][row]
+        specs, _dropped = glaive.parse_system(rows[row]["system"])
+        expected = [{"type": "function", "function": spec} for spec in specs]
+        assert as_tools.declared_tools == as_tools.tools == expected
+        assert in_system.declared_tools == expected
+        # glaive refuses a row whose system field does not parse: no problem to state.
+        assert as_tools.declaration_problem is in_system.declaration_problem is None
+        assert in_system.declaration == as_tools.declaration
+    for mode in ("tools", "system_prompt"):
+        no_functions = modes[mode][0]
+        assert no_functions.declared_tools is None and no_functions.declaration_problem is None
+
+
+def test_other_adapters_state_their_tools_or_a_glaive_style_system_prompt(tmp_path):
+    weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    glaive_system = glaive.FUNCTIONS_LEAD_IN + "\n" + json.dumps(weather, indent=4)
+    rows = [
+        {"id": "tools", "tools": [weather],
+         "messages": [{"role": "system", "content": glaive_system},
+                      {"role": "user", "content": "Hi"}]},
+        {"id": "system", "messages": [{"role": "system", "content": glaive_system},
+                                      {"role": "user", "content": "Hi"}]},
+        {"id": "broken", "messages": [{"role": "system", "content": glaive_system[:-3]},
+                                      {"role": "user", "content": "Hi"}]},
+        {"id": "plain", "messages": [{"role": "system", "content": "Be brief."},
+                                     {"role": "user", "content": "Hi"}]},
+    ]
+    got = {p.sample_id.rsplit(":", 1)[-1]: p
+           for p in records("messages", write_jsonl(tmp_path / "m.jsonl", rows))}
+    wrapped = [{"type": "function", "function": weather}]
+    assert got["tools"].declared_tools == got["tools"].tools == wrapped
+    # Sent as nothing (no `tools`), declared in the system prompt: the request is unchanged.
+    assert got["system"].tools is None and got["system"].declared_tools == wrapped
+    broken = got["broken"]
+    assert isinstance(broken, Prompt) and broken.declared_tools is None
+    assert broken.declaration_problem.startswith("system prompt: system function #0 is not valid")
+    assert got["plain"].declared_tools is None and got["plain"].declaration_problem is None
+    shared = {"conversations": [{"from": "system", "value": glaive_system},
+                                {"from": "human", "value": "Hi"}]}
+    (prompt,) = records("sharegpt", write_jsonl(tmp_path / "s.jsonl", [shared]))
+    assert prompt.tools is None and prompt.declared_tools == wrapped
+
+
+def test_a_prompt_chunk_written_before_adapters_stated_declarations_reads_the_same():
+    """An older chunk's line has no `declared_tools`: it gets what its adapter states today, so
+    its samples gate as they did; a new line states its own, even when it is none."""
+    prompts = [p for p in records("glaive", GLAIVE_DEFECTS, tool_mode="system_prompt")
+               if isinstance(p, Prompt)]
+    assert any(p.declared_tools for p in prompts)
+    for prompt in prompts:
+        line = json.loads(prompt_to_json(prompt))
+        assert "declared_tools" in line and "declaration_problem" not in line
+        del line["declared_tools"]
+        assert prompt_from_json(json.dumps(line)) == prompt
+        assert prompt_from_json(prompt_to_json(prompt)) == prompt
+    stated_none = Prompt("s", [{"role": "system", "content": glaive.FUNCTIONS_LEAD_IN + "\n{}"},
+                               {"role": "user", "content": "u"}])
+    assert prompt_from_json(prompt_to_json(stated_none)).declaration == Declaration()
 
 
 @pytest.mark.parametrize(
