@@ -5,12 +5,13 @@ The corpus is the family's (`models/<family>/corpus.py`, found by family name:
 `registry.fidelity_corpus`): random requests and the answers the model writes, each with its
 shape. Each answer is served by the corpus' profiles, plain or streamed, through the emulator's
 own response path: the ids the family wrote go through its served side's `answer_ids` (the
-profile's restated parsers), or, for a served side that writes its ids itself (K2.5), the
-emulator's model writes them with the shape's knobs (`EmulatorState`); then the profile's
-body or SSE frames (`response_body` / `stream_frames`) and the client's SSE assembler. The
-truth is the emulator's `prompt_token_ids` + `token_ids`; the blind pass removes them from the
-body first, as OpenRouter never sends them, and only the reference pass hands them to
-`reconstruct`. Nothing here names a family or a marker.
+profile's restated parsers), or, for a served side that writes its ids itself
+(`IdServedSide`), the emulator's model writes them with the shape's knobs (`EmulatorState`, as
+the emulator's app does); then the profile's body or SSE frames (`response_body` /
+`stream_frames`) and the client's SSE assembler. The truth is the emulator's
+`prompt_token_ids` + `token_ids`; the blind pass removes them from the body first, as
+OpenRouter never sends them, and only the reference pass hands them to `reconstruct`. Nothing
+here names a family or a marker.
 
 Outcomes: `ok` (ids equal the truth), `ok_resplit` (same text and specials, other BPE split),
 `wrong_ok` (status ok, ids whose text or specials differ -- the number that must be zero),
@@ -209,6 +210,7 @@ def cases(family: str, tok: Tokenizer, n: int, seed: int = 0,
                 truth = tuple(body["prompt_token_ids"]) + tuple(body["choices"][0]["token_ids"])
                 yield Case(f"{drawn.index}-{profile}-{'s' if stream else 'p'}", profile,
                            stream, drawn.shape, sent, body, truth)
+
 
 # ---------------------------------------------------------------------------------------------
 # Measuring

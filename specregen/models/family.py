@@ -3,11 +3,10 @@
 
 A descriptor imports nothing of its family's code: every part that needs the family's modules
 (its format, fingerprint files, probe rules, served side, real-vLLM spec, fidelity corpus) is a
-callable that
-imports on call, so that a run loads only the chosen format's code. Also here, because a family
-declares them: `ProfileSpec` (how an emulator profile returns a completion: plain data, the
-emulator's framing reads it) and the protocols of the served side, what the emulator calls on a
-family's `make_server(tokenizer)`.
+callable that imports on call, so that a run loads only the chosen format's code. Also here,
+because a family declares them: `ProfileSpec` (how an emulator profile returns a completion:
+plain data, the emulator's framing reads it) and the protocols of the served side, what the
+emulator calls on a family's `make_server(tokenizer)`.
 """
 
 from __future__ import annotations
