@@ -20,8 +20,9 @@ or specials differ from the truth) / flagged_right / false_alarm (flagged althou
 right) / error, then wrong_ok and the false-alarm rate of the headline group (what K2.5 writes:
 its template's shape, or it with one deviation; wrong_ok must be 0) and of the adversarial
 group (count-invisible deviations and coincidences of two: the documented known limit; see
-specregen/emulator/fidelity.py), the evidence split, and the first wrong-ok cases. Exits 1 when
-a headline sample is `ok` with wrong ids in any pass.
+specregen/models/kimi_k25/corpus.py), the evidence split, and the first wrong-ok cases. Exits 1
+when a headline sample is `ok` with wrong ids in any pass. The corpus is K2.5's, found by the
+family's name; the harness is specregen/emulator/fidelity.py.
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specregen.emulator.config import UPSTREAM_PROFILES
-from specregen.emulator.fidelity import OUTCOMES, Corpus, describe_wrong, group, run, table
-from specregen.models.kimi_k25 import KimiK25
+from specregen.emulator.fidelity import OUTCOMES, cases, corpus_of, describe_wrong, run, table
+from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
+
+FAMILY = "kimi-k2.5"
 
 
 def main() -> int:
@@ -51,18 +53,19 @@ def main() -> int:
     args = parser.parse_args()
 
     tok = load_tokenizer(args.tokenizer)
-    fmt = KimiK25(tok)
+    fmt = get_format(FAMILY, tok)
+    corpus = corpus_of(FAMILY)
     streams = tuple(m == "stream" for m in args.modes.split(","))
     started = time.perf_counter()
-    cases = list(Corpus(tok, args.seed).cases(args.requests, UPSTREAM_PROFILES, streams))
+    drawn = list(cases(FAMILY, tok, args.requests, args.seed, streams=streams))
     built = time.perf_counter() - started
-    shapes = Counter(c.shape for c in cases)
-    print(f"{len(cases)} cases from {args.requests} requests in {built:.1f}s "
+    shapes = Counter(c.shape for c in drawn)
+    print(f"{len(drawn)} cases from {args.requests} requests in {built:.1f}s "
           f"(shapes {dict(shapes)}; tokenizer {tok.name})")
     headline_wrong = 0
     for how in args.passes.split(","):
         started = time.perf_counter()
-        tallies = run(cases, fmt, how)  # type: ignore[arg-type]
+        tallies = run(corpus, drawn, fmt, how)  # type: ignore[arg-type]
         print(f"\n== {how} ({time.perf_counter() - started:.1f}s)")
         print(table(tallies))
         total = Counter()
@@ -85,7 +88,7 @@ def main() -> int:
         for name in ("headline", "adversarial"):
             counter = Counter()
             for shape, by_shape in shapes_seen.items():
-                if group(shape) == name:
+                if corpus.group(shape) == name:
                     counter.update(by_shape)
             right = counter["ok"] + counter["ok_resplit"] + counter["false_alarm"]
             print(f"{name}: wrong_ok {counter['wrong_ok']}/{sum(counter.values())}, "

@@ -3,11 +3,12 @@
     python bench/fidelity_corpus.py [--format qwen3] [--requests 200] [--seed 0]
                                     [--tokenizer TOKENIZER]
 
-Each random answer of the family's corpus (`emulator/fidelity_<family>.py`, named by the
-registry: the template's or the encoder's layout and the ways a sampled model leaves it, as
-true ids, maybe cut by `max_tokens`) is served by the family's emulator profiles (Qwen3:
+Each random answer of the family's corpus (`models/<family>/corpus.py`, found by the family's
+name: the template's or the encoder's layout and the ways a sampled model leaves it, as true
+ids, maybe cut by `max_tokens`) is served by the corpus' emulator profiles (Qwen3:
 `vllm-hermes`, `openrouter` -- the earlier vLLM behind the router -- and `sglang`; Kimi K3:
-`vllm-k3` and `openrouter`), plain and streamed, and rebuilt by `specregen.reconstruct.reconstruct`:
+`vllm-k3` and `openrouter`), plain and streamed, through the harness
+(`specregen/emulator/fidelity.py`), and rebuilt by `specregen.reconstruct.reconstruct`:
 
 * `blind`: no server ids, no provider traits (as from OpenRouter);
 * `traits`: with the traits a probe learns of the profile (the corpus' `probed_traits`);
@@ -15,8 +16,8 @@ true ids, maybe cut by `max_tokens`) is served by the family's emulator profiles
 
 Prints a table per pass (ok / ok_resplit / wrong_ok / flagged_right / false_alarm / error),
 then per group and shape, the flags on false alarms and the first wrong-ok cases. Exits 1 when
-an answer of a gated group (the corpus' `GATED_GROUPS`) is `ok` with wrong ids in any pass.
-K2.5's corpus is bench/fidelity.py's.
+an answer of a gated group (the corpus' `gated_groups`) is `ok` with wrong ids in any pass.
+bench/fidelity.py prints K2.5's corpus its own way (the evidence split).
 """
 
 from __future__ import annotations
@@ -31,33 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from typing import Any
 
-from specregen.emulator.fidelity import Outcome, Tally, blind_body, compare, table
-from specregen.models.chat_format import ChatFormat
+from specregen.emulator.fidelity import Tally, cases, measure, table
 from specregen.models.registry import bundled_tokenizer, fidelity_corpus, get_format
 from specregen.models.tokenizer import load_tokenizer
-from specregen.reconstruct import reconstruct
 from specregen.records import TokenSample
-
-
-def measure(corpus: Any, case: Any, fmt: ChatFormat, how: str
-            ) -> tuple[TokenSample, Outcome, str]:
-    truth_prompt_len = len(case.body["prompt_token_ids"])
-    if how == "reference":
-        sample = reconstruct(case.sample_id, case.request, case.body, fmt,
-                             reference_completion_ids=case.body["choices"][0]["token_ids"])
-    else:
-        traits = corpus.probed_traits(case.profile, case.stream) if how == "traits" else None
-        sample = reconstruct(case.sample_id, case.request, blind_body(case.body), fmt,
-                             traits=traits)
-    if sample.status == "error":
-        return sample, "error", sample.error or ""
-    kind, where = compare(fmt.tok, sample.input_ids, case.truth, sample.prompt_len,
-                          truth_prompt_len)
-    if sample.status == "ok":
-        outcome: Outcome = {"exact": "ok", "resplit": "ok_resplit"}.get(kind, "wrong_ok")
-    else:
-        outcome = "false_alarm" if kind == "exact" else "flagged_right"
-    return sample, outcome, f"{kind}:{where}" if where else kind
 
 
 def describe(case: Any, sample: TokenSample, where: str, tok) -> str:
@@ -89,16 +67,16 @@ def main() -> int:
     corpus = fidelity_corpus(args.format)
     if corpus is None:
         parser.error(f"format {args.format!r} has no answer-shape corpus")
-    SHAPES, group = corpus.SHAPES, corpus.group
     tok = load_tokenizer(args.tokenizer or bundled_tokenizer(args.format))
     fmt = get_format(args.format, tok)
     streams = tuple(m == "stream" for m in args.modes.split(","))
     shapes = [s for s in args.shapes.split(",") if s] or None
     for s in shapes or ():
-        if s not in SHAPES:
-            parser.error(f"unknown shape {s!r}; known: {', '.join(SHAPES)}")
+        if s not in corpus.shapes:
+            parser.error(f"unknown shape {s!r}; known: {', '.join(corpus.shapes)}")
     started = time.perf_counter()
-    drawn = list(corpus.cases(tok, args.requests, args.seed, streams=streams, shapes=shapes))
+    drawn = list(cases(args.format, tok, args.requests, args.seed, streams=streams,
+                       shapes=shapes))
     built = time.perf_counter() - started
     print(f"{len(drawn)} cases from {args.requests} answers in {built:.1f}s "
           f"(shapes {dict(Counter(c.shape for c in drawn))}; tokenizer {tok.name})")
@@ -108,7 +86,7 @@ def main() -> int:
         tallies: dict[tuple[str, bool], Tally] = {}
         errors: Counter[str] = Counter()
         for case in drawn:
-            sample, outcome, where = measure(corpus, case, fmt, how)
+            sample, outcome, where = measure(corpus, case, fmt, how)  # type: ignore[arg-type]
             if outcome == "error":
                 errors[where] += 1
             tallies.setdefault((case.profile, case.stream), Tally()).add(case, sample, outcome,
@@ -124,7 +102,8 @@ def main() -> int:
             flags.update(tally.flags)
             for shape, counter in tally.by_shape.items():
                 by_shape.setdefault(shape, Counter()).update(counter)
-                by_group.setdefault(group(shape, profile, stream), Counter()).update(counter)
+                by_group.setdefault(corpus.group(shape, profile, stream),
+                                    Counter()).update(counter)
         n = sum(total.values())
         right = total["ok"] + total["ok_resplit"] + total["false_alarm"]
         print(f"all: wrong_ok {total['wrong_ok']}/{n}, false alarms {total['false_alarm']}/"
@@ -135,7 +114,7 @@ def main() -> int:
             right = counter["ok"] + counter["ok_resplit"] + counter["false_alarm"]
             print(f"{name}: wrong_ok {counter['wrong_ok']}/{sum(counter.values())}, "
                   f"false alarms {counter['false_alarm']}/{right}")
-            if name in corpus.GATED_GROUPS:
+            if name in corpus.gated_groups:
                 gated_wrong += counter["wrong_ok"]
         for shape, c in sorted(by_shape.items()):
             right = c["ok"] + c["ok_resplit"] + c["false_alarm"]

@@ -24,7 +24,7 @@ import tiktoken
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specregen.emulator import textgen
+from specregen.models import textgen
 from specregen.models.kimi_k25 import KimiK25
 from specregen.models.tokenizer import (
     KIMI_PAT_STR,

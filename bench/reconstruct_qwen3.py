@@ -24,7 +24,7 @@ from tokenizers import Tokenizer as RawTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specregen.emulator import textgen
+from specregen.models import textgen
 from specregen.models.qwen3 import MINI_QWEN3_TOKENIZER_DIR, Qwen3, tool_call_text
 from specregen.models.tokenizer import load_tokenizer
 from specregen.records import ToolCall

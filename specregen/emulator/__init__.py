@@ -13,18 +13,18 @@ into ids and returns them the way each provider's stack does.
   latency, fault rates, model knobs (answer shapes included), prices, key and credits, and the
   conversation mode (`conversations`, `divergence_rate`).
 * `generate`: request digests and seeds, the declared tools, the `WRITER` a served side writes
-  its text with, non-canonical BPE splits.
+  its text with (model-like text from `models/textgen.py`), non-canonical BPE splits.
 * `served`: the answer of a served side that takes text (Qwen3, K3): what the model says, then the
   format's ids and parsers.
 * `conversations`: conversation mode: the dataset's next step of a known conversation, or a
   seeded divergence from it (issue 10).
 * `profiles`: how each provider returns a message (body, SSE frames).
-* `fidelity`: the K2.5 corpus bench/fidelity.py measures reconstruction on; `fidelity_qwen3`
-  and `fidelity_k3` the Qwen3 and K3 corpora (bench/fidelity_corpus.py).
+* `fidelity`: the fidelity harness: a family's corpus (`models/<family>/corpus.py`, found by
+  the family's name) served through its profiles, rebuilt and classified (bench/fidelity.py,
+  bench/fidelity_corpus.py), and its cases for the real server (specregen.realserver).
 * `faults`: which fault strikes an attempt, and how a connection is reset or cut.
 * `app.create_app(config, tokenizer)`: the Starlette app.
 * `server.serve_in_thread(config, tokenizer, host, port) -> RunningEmulator` with `.url`
   (`http://127.0.0.1:PORT/v1`), `.openrouter_url` (`.../api/v1`), `.base_url`, `.stats()`,
   `.reset()`, `.stop()`; also a context manager.
-* `textgen`: the model-like text everything is written from.
 """

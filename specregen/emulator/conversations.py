@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from specregen.conversation.plan import ConversationError, ConversationPlan, plan_conversation
-from specregen.emulator import textgen
+from specregen.models import textgen
 from specregen.records import Prompt
 
 Divergence = Literal["other_arguments", "other_tool", "text", "calls"]

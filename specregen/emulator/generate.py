@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specregen.emulator import textgen
+from specregen.models import textgen
 from specregen.models.tokenizer import Tokenizer, TokenizerError, read_tiktoken_ranks
 
 # Request fields that change how an answer is delivered, not what the model writes (the ids

@@ -19,11 +19,11 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.emulator import textgen
 from specregen.emulator.config import EmulatorConfig
 from specregen.emulator.conversations import Script
 from specregen.emulator.generate import declared_tools, request_seed
 from specregen.emulator.profiles import Message, OutCall
+from specregen.models import textgen
 from specregen.models.family import ServedSide, TextServedSide
 
 

@@ -427,31 +427,10 @@ class RealVllmSpec:
     stop_id: int
     bos_id: int | None
     vocab_size: int
-    # The emulator profile that restates this server (the served side's `answer_ids`).
+    # The emulator profile that restates this server (the served side's `answer_ids`; the
+    # real cases of the family's fidelity corpus are drawn for it).
     emulator_profile: str
-    # The module whose `real_cases(tokenizer, n, seed)` writes the family's answer shapes
-    # (its fidelity corpus) as `RealCase`s.
-    corpus: str
     trust_remote_code: bool = False
     # More `vllm serve` arguments the family needs (K3: `--tokenizer-mode kimi_k3`, the mode
     # a real K3 checkpoint's architecture selects by itself).
     server_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RealCase:
-    """One answer of a family's fidelity corpus, to be scripted into a real server: the
-    request as the model is asked (no stream or client flags), the ids the model writes (its
-    stop id at the end), and where `max_tokens` cuts them."""
-
-    sample_id: str
-    shape: str
-    # "headline", "adversarial" or "erased" (the corpus' own grouping), plain and streamed.
-    groups: tuple[str, str]
-    template_shaped: bool  # the model wrote what its template expects (the yield's base)
-    request: dict[str, Any]
-    ids: tuple[int, ...]
-    max_tokens: int | None = None
-
-    def group(self, stream: bool) -> str:
-        return self.groups[stream]

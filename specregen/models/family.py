@@ -2,11 +2,11 @@
 `family.py` (`FAMILY`), listed by `specregen.models.registry` (one line a family).
 
 A descriptor imports nothing of its family's code: every part that needs the family's modules
-(its format, fingerprint files, probe rules, served side, real-vLLM spec) is a callable that
-imports on call, so that a run loads only the chosen format's code. Also here, because a family
-declares them: `ProfileSpec` (how an emulator profile returns a completion: plain data, the
-emulator's framing reads it) and the protocols of the served side, what the emulator calls on a
-family's `make_server(tokenizer)`.
+(its format, fingerprint files, probe rules, served side, real-vLLM spec, fidelity corpus) is a
+callable that imports on call, so that a run loads only the chosen format's code. Also here,
+because a family declares them: `ProfileSpec` (how an emulator profile returns a completion:
+plain data, the emulator's framing reads it) and the protocols of the served side, what the
+emulator calls on a family's `make_server(tokenizer)`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from specregen.models.chat_format import (
     ScriptedAnswer,
     ServedMessage,
 )
+from specregen.models.corpus import FidelityCorpus
 from specregen.models.tokenizer_base import Tokenizer
 
 # -- imports on call -----------------------------------------------------------------------------
@@ -226,9 +227,9 @@ class Family:
     profile_specs: tuple[ProfileSpec, ...] = ()
     # How a real vLLM serves it with the scripted model (`tokenizer_dir`: its real tokenizer).
     real_vllm_spec: Callable[[Path | None], RealVllmSpec] | None = None
-    # The module of its answer-shape corpus for the fidelity bench (emulator code: `SHAPES`,
-    # `GATED_GROUPS`, `cases`, `group`, `probed_traits`), if it has one.
-    fidelity_corpus: str | None = None
+    # Its fidelity corpus (`models/<family>/corpus.py`: the answers the model writes, for the
+    # emulator's fidelity bench and the real-vLLM harness), if it has one.
+    make_corpus: Callable[[], FidelityCorpus] | None = None
     # What the gate's `tool_id_form` check asks of a call id, in words (its report's line).
     tool_id_rule: str = "the call ids break the format's id rule"
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from specregen.errors import UsageError
 from specregen.models.chat_format import ChatFormat, ProbeRules, RealVllmSpec
+from specregen.models.corpus import FidelityCorpus
 from specregen.models.family import Family, ProfileSpec, ServedSide
 from specregen.models.tokenizer_base import Tokenizer
 
@@ -98,12 +98,11 @@ def real_vllm_spec(name: str, tokenizer_dir: Path | None = None) -> RealVllmSpec
     return None if make is None else make(tokenizer_dir)
 
 
-def fidelity_corpus(name: str) -> ModuleType | None:
-    """Format `name`'s answer-shape corpus module for the fidelity bench
-    (`Family.fidelity_corpus`), or None. K2.5's has its own bench (`emulator/fidelity.py`,
-    bench/fidelity.py)."""
-    module = family(name).fidelity_corpus
-    return None if module is None else importlib.import_module(module)
+def fidelity_corpus(name: str) -> FidelityCorpus | None:
+    """Format `name`'s fidelity corpus (the descriptor's `make_corpus`: the family's
+    `corpus.py`, imported only here), or None when the family has none."""
+    make = family(name).make_corpus
+    return None if make is None else make()
 
 
 def format_source_files(name: str) -> tuple[Path, ...]:

@@ -16,9 +16,7 @@ The real answers are also rebuilt blind (no server ids, as a hosted API answers)
 
 from __future__ import annotations
 
-import importlib
 import json
-import random
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -28,15 +26,11 @@ from typing import Any
 
 import httpx
 
+from specregen.emulator import fidelity
 from specregen.emulator.fidelity import Outcome, blind_body, compare
-from specregen.emulator.profiles import (
-    PROFILE_SPECS,
-    ResponseMeta,
-    response_body,
-    stream_frames,
-)
 from specregen.logprobs import ids_from_logprobs
-from specregen.models.chat_format import ChatFormat, RealCase, RealVllmSpec
+from specregen.models.chat_format import ChatFormat, RealVllmSpec
+from specregen.models.corpus import RealCase
 from specregen.models.registry import get_server
 from specregen.models.tokenizer import Tokenizer
 from specregen.probe.model import ProviderProfile
@@ -59,9 +53,9 @@ def client_options(dialect: str = "vllm") -> dict[str, Any]:
 
 
 def real_cases(spec: RealVllmSpec, tok: Tokenizer, n: int, seed: int = 0) -> list[RealCase]:
-    """The family's corpus (`spec.corpus`'s `real_cases`)."""
-    module = importlib.import_module(spec.corpus)
-    return list(module.real_cases(tok, n, seed))
+    """The family's fidelity corpus (found by its name), drawn for the profile that restates
+    this server."""
+    return list(fidelity.real_cases(spec.format_name, tok, n, seed, spec.emulator_profile))
 
 
 def sent_request(case: RealCase, variant: str, stream: bool, *, token_ids: bool = True
@@ -113,17 +107,8 @@ def ask_emulator(spec: RealVllmSpec, tok: Tokenizer, case: RealCase, body: dict[
     server = get_server(spec.format_name, tok)
     if server is None:  # every real-vLLM spec names a format with a served side
         raise ValueError(f"the {spec.format_name} format has no served side to emulate")
-    profile = PROFILE_SPECS[spec.emulator_profile]
-    stream = body.get("stream") is True
-    answer = server.answer_ids(profile, body, case.ids, case.max_tokens, stream, seed=index)
-    meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=body["model"],
-                        provider="emulator", price_prompt=0.0, price_completion=0.0)
-    if not stream:
-        return response_body(profile, answer.message, answer, answer, body, meta)
-    frames = stream_frames(profile, answer.message, answer, answer, body, meta,
-                           random.Random(len(answer.ids)))
-    assembled, _ = assemble_lines((b"".join(frames).decode() + "data: [DONE]\n\n").splitlines())
-    return assembled
+    return fidelity.serve_ids(server, spec.emulator_profile, body, case.ids, case.max_tokens,
+                              body.get("stream") is True, index)
 
 
 # ---------------------------------------------------------------------------------------------

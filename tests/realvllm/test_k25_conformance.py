@@ -17,7 +17,7 @@ import dataclasses
 import json
 from typing import Any
 
-from specregen.models.chat_format import RealCase
+from specregen.models.corpus import RealCase
 from specregen.models.kimi_k25 import (
     ARG_BEGIN,
     CALL_BEGIN,

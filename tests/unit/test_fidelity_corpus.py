@@ -1,6 +1,7 @@
-"""The fast version of bench/fidelity.py: a few hundred random K2.5 answers through the four
-upstream profiles, plain and streamed, rebuilt blind (no reference ids, no provider traits, as
-from OpenRouter). A sample called `ok` must carry the ids the model saw and wrote."""
+"""The fast version of bench/fidelity.py: a few hundred random K2.5 answers (its corpus,
+models/kimi_k25/corpus.py) through the five upstream profiles, plain and streamed, rebuilt blind
+(no reference ids, no provider traits, as from OpenRouter). A sample called `ok` must carry the
+ids the model saw and wrote."""
 
 from __future__ import annotations
 
@@ -8,25 +9,27 @@ from collections import Counter
 
 import pytest
 
-from specregen.emulator.config import UPSTREAM_PROFILES
-from specregen.emulator.fidelity import SHAPES, Corpus, describe_wrong, group, run, table
+from specregen.emulator import fidelity
+from specregen.emulator.fidelity import corpus_of, describe_wrong, run, table
 from specregen.models.kimi_k25 import KimiK25
 from specregen.models.tokenizer import load_tokenizer
 
 TOK = load_tokenizer("mini")
 FMT = KimiK25(TOK)
+CORPUS = corpus_of("kimi-k2.5")
 
 
 @pytest.fixture(scope="module")
 def cases():
-    return list(Corpus(TOK, seed=0).cases(60, UPSTREAM_PROFILES, (False, True)))
+    # The corpus' profiles: the restated upstream parsers.
+    return list(fidelity.cases("kimi-k2.5", TOK, 60, seed=0))
 
 
 def test_corpus_covers_the_behaviours(cases):
     # The corpus really exercises what the upstream parsers treat unevenly.
     assert len(cases) >= 300
     shapes = Counter(c.shape for c in cases)
-    assert set(shapes) == set(SHAPES)
+    assert set(shapes) == set(CORPUS.shapes)
     with_history = [c for c in cases if any(m.get("tool_calls") for m in c.request["messages"])]
     instant = [c for c in cases if c.request.get("chat_template_kwargs")]
     calls = [c for c in cases if c.body["choices"][0].get("token_ids")
@@ -38,8 +41,8 @@ def test_corpus_covers_the_behaviours(cases):
 def test_no_headline_sample_is_ok_with_wrong_ids(cases, how):
     # Blind (as from OpenRouter) and with the traits a probe finds. The adversarial group
     # (count-invisible deviations, coincidences of two) is the documented known limit.
-    headline = [c for c in cases if group(c.shape) == "headline"]
-    tallies = run(headline, FMT, how)
+    headline = [c for c in cases if CORPUS.group(c.shape) == "headline"]
+    tallies = run(CORPUS, headline, FMT, how)
     wrong = {key: describe_wrong(t) for key, t in tallies.items() if t.outcomes["wrong_ok"]}
     assert not wrong, table(tallies) + "\n" + "\n".join(
         f"{profile} {'stream' if stream else 'plain'}: {line}"
@@ -51,9 +54,9 @@ def test_few_headline_false_alarms_with_the_probe_traits(cases):
     # false alarms stay well under the 13% the issue started from (bench/fidelity.py
     # measures the larger corpus; 25% before the stream's content order was recorded and
     # before a rival needing two coincidences stopped counting as a doubt).
-    headline = [c for c in cases if group(c.shape) == "headline"]
+    headline = [c for c in cases if CORPUS.group(c.shape) == "headline"]
     total = Counter()
-    for tally in run(headline, FMT, "traits").values():
+    for tally in run(CORPUS, headline, FMT, "traits").values():
         total.update(tally.outcomes)
     right = total["ok"] + total["ok_resplit"] + total["false_alarm"]
     assert total["false_alarm"] <= 0.1 * right, total

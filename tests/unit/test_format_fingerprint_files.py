@@ -51,10 +51,15 @@ def test_kimi_fingerprint_keeps_the_readings_and_the_template():
     assert not names & {"served.py", "servers.py", "serverside.py"}
 
 
-def test_reconstruction_never_imports_the_server_kit():
-    # models/serverkit is in no format's fingerprint: it must stay served-side code.
+def test_reconstruction_imports_of_the_server_kit_are_fingerprinted():
+    # models/serverkit is served-side code, but K3's readings run its restated parsers, whose
+    # types are the kit's `stream`: what a format's reconstruction imports of the kit is in
+    # its fingerprint, and K2.5's and Qwen3's import none of it.
     for name, tok in (("kimi-k2.5", "mini"), ("qwen3", "mini-qwen3"), ("kimi-k3", "mini-k3")):
-        kit = {m for m in _imported(name, tok) if m.startswith("specregen.models.serverkit")}
-        assert not kit, (name, kit)
+        kit = {m.rsplit(".", 1)[1] for m in _imported(name, tok)
+               if m.startswith("specregen.models.serverkit.")}
+        files = {p.stem for p in format_source_files(name) if p.parent.name == "serverkit"}
+        assert kit == files, (name, kit, files)
+        assert kit == ({"stream"} if name == "kimi-k3" else set()), (name, kit)
     qwen3 = {p.name for p in format_source_files("qwen3")}
     assert not qwen3 & {"vllm.py", "vllm_legacy.py", "hermes.py", "sglang.py"}

@@ -1,5 +1,5 @@
 """Kimi K3 fidelity: the emulator serving K3 (profiles vllm-k3 and openrouter) and the answer-
-shape corpus (emulator/fidelity_k3.py, bench/fidelity_corpus.py --format kimi-k3) rebuild
+shape corpus (models/kimi_k3/corpus.py, bench/fidelity_corpus.py --format kimi-k3) rebuild
 to the model's true ids, never `ok` with wrong ones.
 
 The emulator's ids come from the encoder's history rendering (`served.model_ids`), reconstruction
@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from specregen.emulator.config import EmulatorConfig
-from specregen.emulator.fidelity import blind_body, compare
-from specregen.emulator.fidelity_k3 import cases, group, probed_traits, real_cases
+from specregen.emulator.fidelity import blind_body, cases, compare, real_cases
 from specregen.emulator.server import serve_in_thread
 from specregen.models.kimi_k3 import KimiK3
+from specregen.models.registry import fidelity_corpus
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from tests.unit.test_emulator import assemble_sse
@@ -103,15 +103,17 @@ def test_the_corpus_is_never_ok_with_wrong_ids(k3: KimiK3) -> None:
     """bench/fidelity_corpus.py's measure on a small K3 corpus: no headline or adversarial
     answer is `ok` with ids other than the truth, blind or with the probe's traits; nor any with the
     server's ids."""
+    corpus = fidelity_corpus("kimi-k3")
+    assert corpus is not None
     outcomes: Counter[str] = Counter()
-    for case in cases(k3.tok, 60, seed=11):
+    for case in cases("kimi-k3", k3.tok, 60, seed=11):
         for how in ("blind", "traits"):
             sample = reconstruct(case.sample_id, case.request, blind_body(case.body), k3,
-                                 traits=probed_traits(case.profile, case.stream)
+                                 traits=corpus.probed_traits(case.profile, case.stream)
                                  if how == "traits" else None)
             kind, _ = compare(k3.tok, sample.input_ids, case.truth, sample.prompt_len,
                               len(case.body["prompt_token_ids"]))
-            name = group(case.shape, case.profile, case.stream)
+            name = corpus.group(case.shape, case.profile, case.stream)
             if sample.status == "ok" and kind not in ("exact", "resplit"):
                 outcomes[f"wrong_ok/{name}"] += 1
             outcomes[f"{sample.status}/{name}"] += 1
@@ -125,7 +127,7 @@ def test_the_corpus_is_never_ok_with_wrong_ids(k3: KimiK3) -> None:
 
 
 def test_real_cases_are_the_corpus_in_vllms_dialect(k3: KimiK3) -> None:
-    drawn = list(real_cases(k3.tok, 20, seed=2))
+    drawn = list(real_cases("kimi-k3", k3.tok, 20, 2, "vllm-k3"))
     assert len(drawn) == 20
     for case in drawn:
         assert "return_token_ids" not in case.request and "reasoning" not in case.request
@@ -178,7 +180,7 @@ def test_no_ok_sample_of_the_corpus_fails_the_gates_round_trip(k3: KimiK3) -> No
 
     config = GateConfig()
     checked = 0
-    for case in cases(k3.tok, 60, seed=4):
+    for case in cases("kimi-k3", k3.tok, 60, seed=4):
         sample = reconstruct(case.sample_id, case.request, blind_body(case.body), k3)
         decision = check_sample(sample, k3, config)
         assert not decision.hard, (case.sample_id, case.shape, decision.reasons)

@@ -10,6 +10,7 @@ from specregen.models.kimi_k3 import servers as sv
 from specregen.models.kimi_k3.encoding import Segment, close_tag, open_tag, text, tools_segments
 from specregen.models.kimi_k3.format import completion_segments
 from specregen.models.kimi_k3.tokens import encode_segments
+from specregen.models.serverkit.stream import Parsed
 from specregen.models.tokenizer import load_tokenizer
 
 TOK = load_tokenizer("mini-k3")
@@ -23,7 +24,7 @@ def _ids(segments: list[Segment], stop: bool = True) -> list[int]:
     return encode_segments(TOK, segments) + ([STOP] if stop else [])
 
 
-def _both(ids: list[int], request: dict, truncated: bool = False) -> tuple[sv.Parsed, sv.Parsed]:
+def _both(ids: list[int], request: dict, truncated: bool = False) -> tuple[Parsed, Parsed]:
     thinking = sv.parser_thinking(request)
     prompt = list(MARKERS.think_open) if thinking else list(TOK.encode_ordinary(""))
     out = sv.decode_output(ids, TOK, truncated)

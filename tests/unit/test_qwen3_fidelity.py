@@ -1,6 +1,7 @@
 """Qwen3 answer shapes that reconstruction once got wrong (`bench/fidelity_corpus.py` found them):
-each answer is written as the model's true ids (`corpus.answer_ids`), served through the
-restated parsers and the emulator's framing (`corpus.serve`), rebuilt blind, and checked
+each answer is written as the model's true ids (`models/qwen3/corpus.py` `answer_ids`), served
+through the restated parsers and the emulator's framing (`emulator/fidelity.py` `serve_ids`),
+rebuilt blind, and checked
 against those true ids -- never against the reader's own output.
 """
 
@@ -10,8 +11,8 @@ import json
 
 import pytest
 
-from specregen.emulator.fidelity import blind_body
-from specregen.emulator.fidelity_qwen3 import Piece, answer_ids, serve
+from specregen.emulator.fidelity import blind_body, serve_ids
+from specregen.models.qwen3.corpus import Piece, answer_ids
 from specregen.models.qwen3.served import Qwen3Server
 from specregen.models.qwen3.tokens import THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.registry import get_format
@@ -55,7 +56,7 @@ def _rebuild(qwen, pieces: list[Piece], request: dict, profile: str, stream: boo
     """(sample rebuilt blind, the model's true prompt + completion ids)."""
     ids = answer_ids(qwen.tok, pieces)
     sent = {**request, "stream": True} if stream else request
-    body = serve(Qwen3Server(qwen.tok), profile, sent, ids, False, stream, 0)
+    body = serve_ids(Qwen3Server(qwen.tok), profile, sent, ids, None, stream, 0)
     truth = body["prompt_token_ids"] + body["choices"][0]["token_ids"]
     assert body["choices"][0]["token_ids"] == ids
     return reconstruct("s", sent, blind_body(body), qwen), truth
@@ -177,7 +178,8 @@ def test_the_probes_strip_finding_decides_a_bare_text_when_ids_do_not(qwen):
 
     pieces = [Piece("Let me check the weather"), Piece(_call("get_weather", {"city": "Oslo"}))]
     ids = answer_ids(qwen.tok, pieces)
-    body = serve(Qwen3Server(qwen.tok), "vllm-hermes", _request(False), ids, False, False, 0)
+    body = serve_ids(Qwen3Server(qwen.tok), "vllm-hermes", _request(False), ids, None, False,
+                     0)
     truth = body["prompt_token_ids"] + body["choices"][0]["token_ids"]
     blind = blind_body(body)
     for call in blind["choices"][0]["message"]["tool_calls"]:
@@ -200,7 +202,7 @@ def test_a_cut_sglang_stream_opening_its_text_with_a_call_tag_is_never_ok(qwen):
                                       "mark calls, then keep thinking about the weather")])
     cut = ids[:-3]
     sent = {**request, "stream": True, "max_tokens": len(cut)}
-    body = serve(Qwen3Server(qwen.tok), "sglang", sent, cut, True, True, 0)
+    body = serve_ids(Qwen3Server(qwen.tok), "sglang", sent, ids, len(cut), True, 0)
     assert body["choices"][0]["finish_reason"] == "length"
     truth = body["prompt_token_ids"] + body["choices"][0]["token_ids"]
     sample = reconstruct("s", sent, blind_body(body), qwen)

@@ -4,7 +4,8 @@ common.py: the marker strings, the call-id rule and `Assembled` (what the others
 format.py: prompt rendering, completion assembly, raw tool-call markers, the id policy;
 readings.py: what the servers' lossy parsers leave open (docs/evidence.md); checks.py: the
 gate's K2.5 rules; tools_ts.py: K2.5's TypeScript-style tool declaration; chat_template.jinja:
-the template written from the SPEC.
+the template written from the SPEC; corpus.py: the fidelity corpus (the requests and answer
+shapes K2.5 writes, for the benches).
 """
 
 from __future__ import annotations

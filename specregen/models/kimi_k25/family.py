@@ -31,5 +31,6 @@ FAMILY = Family(
     emulator_profiles=("openrouter", "vllm", "vllm-legacy", "vllm-k25", "sglang",
                        "sglang-noforce", "moonshot", "raw", "stripped"),
     real_vllm_spec=lazy(f"{_PACKAGE}.realvllm", "real_vllm_spec"),
+    make_corpus=lazy(f"{_PACKAGE}.corpus", "make_corpus"),
     tool_id_rule="an id is not `functions.NAME:IDX` with the conversation's index",
 )

@@ -787,7 +787,7 @@ def source_files() -> tuple[Path, ...]:
     return package_files(Path(__file__).resolve().parent, exclude=NOT_RECONSTRUCTION)
 
 
-# The emulator's served side and the real-vLLM folder's files: reconstruction never imports
-# them (test_format_fingerprint_files).
-NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py", "realvllm.py",
-                                "hf_tokenizer.py"})
+# The emulator's served side, the fidelity corpus and the real-vLLM folder's files:
+# reconstruction never imports them (test_format_fingerprint_files).
+NOT_RECONSTRUCTION = frozenset({"served.py", "servers.py", "serverside.py", "corpus.py",
+                                "realvllm.py", "hf_tokenizer.py"})

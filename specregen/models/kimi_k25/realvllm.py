@@ -59,4 +59,4 @@ def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
         format_name="kimi-k2.5", served_model_name=SERVED_MODEL_NAME,
         tool_parser="kimi_k2", reasoning_parser="kimi_k2", build_folder=build,
         stop_id=stop_id, bos_id=bos_id, vocab_size=VOCAB_SIZE,
-        emulator_profile="vllm", corpus="specregen.emulator.fidelity", trust_remote_code=True)
+        emulator_profile="vllm", trust_remote_code=True)

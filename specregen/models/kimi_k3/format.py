@@ -397,8 +397,11 @@ def structure(fmt: KimiK3, ids: Sequence[int], *, n_calls: int, thinking: bool,
 
 
 def source_files() -> tuple[Path, ...]:
-    """The files whose text decides the ids this format builds (the reconstruct fingerprint)."""
-    return package_files(Path(__file__).resolve().parent, exclude=NOT_RECONSTRUCTION)
+    """The files whose text decides the ids this format builds (the reconstruct fingerprint):
+    the package's, and the server kit's parser types its readings run (servers.py)."""
+    here = Path(__file__).resolve().parent
+    return package_files(here, here.parent / "serverkit" / "stream.py",
+                         exclude=NOT_RECONSTRUCTION)
 
 
 # The emulator's served side, the fidelity corpus and the real-vLLM folder's files:

@@ -56,6 +56,7 @@ from specregen.models.kimi_k3.encoding import (
     text,
     tools_segments,
 )
+from specregen.models.serverkit.stream import Parsed
 from specregen.models.tokenizer import Tokenizer
 from specregen.records import Completion, ToolCall
 from specregen.wire.response import reasoning_excluded
@@ -102,7 +103,7 @@ def observed(completion: Completion) -> Fields:
             tuple((c.name, c.arguments) for c in completion.tool_calls))
 
 
-def _fields(parsed: servers.Parsed) -> Fields:
+def _fields(parsed: Parsed) -> Fields:
     return (parsed.reasoning or None, parsed.content or None,
             tuple((c.name, c.arguments) for c in parsed.calls))
 

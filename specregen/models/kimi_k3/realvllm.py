@@ -52,5 +52,5 @@ def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
         format_name="kimi-k3", served_model_name=SERVED_MODEL_NAME,
         tool_parser="kimi_k3", reasoning_parser="kimi_k3", build_folder=build,
         stop_id=ADDED_IDS[END_OF_MSG], bos_id=ADDED_IDS[BOS], vocab_size=VOCAB_SIZE,
-        emulator_profile="vllm-k3", corpus="specregen.emulator.fidelity_k3",
-        trust_remote_code=True, server_args=("--tokenizer-mode", "kimi_k3"))
+        emulator_profile="vllm-k3", trust_remote_code=True,
+        server_args=("--tokenizer-mode", "kimi_k3"))

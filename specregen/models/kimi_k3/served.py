@@ -24,7 +24,6 @@ from specregen.models.chat_format import ScriptedAnswer, ServedCall, ServedMessa
 from specregen.models.kimi_k3 import encoding as enc
 from specregen.models.kimi_k3.servers import (
     MarkerIds,
-    Output,
     count_reasoning_tokens,
     decode_output,
     encode_prompt,
@@ -34,6 +33,7 @@ from specregen.models.kimi_k3.servers import (
 )
 from specregen.models.kimi_k3.tokens import encode_segments
 from specregen.models.serverkit.ids import vllm_call_id
+from specregen.models.serverkit.stream import Output
 from specregen.models.tokenizer import Tokenizer
 from specregen.wire.response import dialect_thinking
 

@@ -14,7 +14,10 @@ parsers are string-based (not parser engines): a marker the model spelled in ord
 reads like the real one, except where the stream looks at ids (the reasoning end). `parse`
 gives the non-streamed answer; `StreamParser` the stream, step by step (`stream` drives it).
 
-This module depends on nothing in `specregen.emulator`; the emulator wires it in.
+What the parsers see and return (`Delta`, `Output`, `ServerCall`, `Parsed`) and the stream's
+hold-back (`tag_overlap`) are the server kit's (`models/serverkit/stream.py`, in K3's
+fingerprint since its readings run these parsers). This module depends on nothing in
+`specregen.emulator`; the emulator wires it in.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from specregen.models.kimi_k3.encoding import (
     render_segments,
 )
 from specregen.models.kimi_k3.tokens import EOS, encode_segments
+from specregen.models.serverkit.stream import Delta, Output, Parsed, ServerCall, tag_overlap
 from specregen.models.tokenizer import Tokenizer
 
 THINKING_EFFORTS = ("low", "high", "max")
@@ -294,23 +298,6 @@ def encode_prompt(request: dict[str, Any], tok: Tokenizer, *, revision: str = "r
 # Completion side: detokenization
 
 
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """One decode step: the text it added ("" while a UTF-8 character is incomplete) and its
-    token id."""
-
-    text: str
-    token_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    text: str
-    deltas: tuple[Delta, ...]
-    truncated: bool  # stopped by max_tokens, not by a stop token
-    stop_id: int | None = None  # the stop token generated (not in the text)
-
-
 def decode_output(ids: Sequence[int], tok: Tokenizer, truncated: bool) -> Output:
     """vLLM's slow incremental detokenizer with `spaces_between_special_tokens=false`: the
     plain decode, step by step; a step whose text would end in an incomplete UTF-8 character
@@ -368,23 +355,6 @@ RESPONSE_CLOSE = CLOSE + "response" + SEP
 MESSAGE_CLOSE = CLOSE + "message" + SEP
 TOOLS_OPEN = OPEN + "tools" + SEP
 TOOLS_CLOSE = CLOSE + "tools" + SEP
-
-
-@dataclass(frozen=True, slots=True)
-class ServerCall:
-    name: str
-    arguments: str
-    index: int  # ids are random (`chatcmpl-tool-` + 16 hex): the emulator makes them
-
-
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    reasoning: str | None
-    content: str | None
-    calls: tuple[ServerCall, ...]
-    finish_reason: str
-    # Streams: per call, the characters of content sent before the call's delta.
-    content_at_calls: tuple[int, ...] = ()
 
 
 def attributes(text: str) -> dict[str, str]:
@@ -594,21 +564,13 @@ def count_reasoning_tokens(ids: Sequence[int], markers: MarkerIds, thinking: boo
     return count
 
 
-def _overlap(text: str, marker_text: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `marker_text`."""
-    for n in range(min(len(text), len(marker_text) - 1), 0, -1):
-        if text.endswith(marker_text[:n]):
-            return n
-    return 0
-
-
 def _reasoning_ready(text: str) -> str:
     """The reasoning prefix safe to send: after any think-open, minus a tail that could start
     a think marker."""
     m_open = THINK_OPEN_RE.search(text)
     if m_open is not None:
         text = text[m_open.end():]
-    held = max(_overlap(text, THINK_OPEN), _overlap(text, THINK_CLOSE))
+    held = max(tag_overlap(text, THINK_OPEN), tag_overlap(text, THINK_CLOSE))
     return text[:-held] if held else text
 
 
@@ -692,9 +654,9 @@ class StreamParser:
         if ends:
             sendable = min(ends)
         else:
-            sendable = len(current) - max(_overlap(current, RESPONSE_OPEN),
-                                          _overlap(current, RESPONSE_CLOSE),
-                                          _overlap(current, TOOLS_OPEN))
+            sendable = len(current) - max(tag_overlap(current, RESPONSE_OPEN),
+                                          tag_overlap(current, RESPONSE_CLOSE),
+                                          tag_overlap(current, TOOLS_OPEN))
         if sendable <= body:
             return None
         self.sent_content = max(self.sent_content, body)

@@ -3,6 +3,7 @@
 Self-contained: nothing here imports the Kimi modules or the emulator. `vllm`, `vllm_legacy` and
 `sglang` restate what vLLM's (qwen3 + hermes) and SGLang's (qwen3 + qwen25) parsers return
 (docs/qwen3.md), on the family-neutral `models/serverkit`; `servers` is their request side.
+`corpus`: the fidelity corpus (the answers Qwen3 can write, for the benches).
 """
 
 from __future__ import annotations

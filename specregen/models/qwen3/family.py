@@ -34,7 +34,7 @@ FAMILY = Family(
     emulator_profiles=("vllm-hermes", "openrouter", "sglang"),
     profile_specs=(profile_spec("vllm-hermes", "reasoning", role_content=True),),
     real_vllm_spec=lazy(f"{_PACKAGE}.realvllm", "real_vllm_spec"),
-    fidelity_corpus="specregen.emulator.fidelity_qwen3",
+    make_corpus=lazy(f"{_PACKAGE}.corpus", "make_corpus"),
     tool_id_rule="an id breaks the format's id rule (Qwen3's ids are the server's: none is"
                  " written by the model)",
 )

@@ -36,4 +36,4 @@ def real_vllm_spec(tokenizer_dir: Path | None) -> RealVllmSpec:
         format_name="qwen3", served_model_name=SERVED_MODEL_NAME,
         tool_parser="hermes", reasoning_parser="qwen3", build_folder=build,
         stop_id=ADDED_IDS[IM_END], bos_id=None, vocab_size=VOCAB_SIZE,
-        emulator_profile="vllm-hermes", corpus="specregen.emulator.fidelity_qwen3")
+        emulator_profile="vllm-hermes")

@@ -7,7 +7,8 @@ served side, `models/<family>/served.py` and the parser restatements behind it).
 * `partial_json`: `partial_json_parser.loads` as SGLang's detectors call it;
 * `ids`: tool-call ids as the servers write them from random bits.
 
-It names no family's markers (a tag is always an argument) and is served-side code only:
-reconstruction never imports it, so it is in no reconstruct fingerprint
-(tests/unit/test_format_fingerprint_files.py).
+It names no family's markers (a tag is always an argument). `stream` is also run by Kimi K3's
+reconstruction (its readings are its restated parsers), so it is in K3's reconstruct
+fingerprint; the rest is served-side code only, never imported by reconstruction and in no
+fingerprint (tests/unit/test_format_fingerprint_files.py).
 """

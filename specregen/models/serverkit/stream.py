@@ -27,6 +27,8 @@ class Output:
     text: str
     deltas: tuple[Delta, ...]
     truncated: bool  # stopped on max_tokens, not on a stop token
+    # The stop token generated (not in the text), for a parser that sends its step (K3's).
+    stop_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,9 @@ class Parsed:
     content: str | None
     calls: tuple[ServerCall, ...]
     finish_reason: str
+    # Streams: per call, the characters of content sent before the call's delta (a stream loop
+    # that records it; empty otherwise).
+    content_at_calls: tuple[int, ...] = ()
 
 
 def tag_overlap(text: str, tag: str) -> int:

@@ -1,8 +1,10 @@
 """Deterministic model-like text: prose, code, CJK, emoji, whitespace runs, literal markers
 (the format's marker strings, handed in by its served side, written as plain text).
 
-The emulator writes its completions with it and the benchmarks use it for realistic lengths;
-everything is drawn from a `random.Random`, so a seed gives the same text every time.
+The emulator writes its completions with it, the families' fidelity corpora
+(`models/<family>/corpus.py`) the text of their answers, and the benchmarks use it for realistic
+lengths; it names no family. Everything is drawn from a `random.Random`, so a seed gives the
+same text every time.
 """
 
 from __future__ import annotations

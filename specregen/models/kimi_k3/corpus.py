@@ -1,11 +1,9 @@
-"""A Kimi K3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py --format
-kimi-k3`) and the real vLLM harness (`real_cases`): answers written the way K3 can write them,
-as the model's true ids, served through the restated vLLM 0.32 kimi_k3 parsers
-(models/kimi_k3/servers.py) and the emulator's response framing, as a client receives them.
-
-Emulator/bench code only, so it sits with the emulator (the K2.5 corpus is `fidelity.py`), not
-in the format's package: reconstruction never imports it, and `models` imports nothing from the
-emulator (tests/unit/test_layers.py).
+"""Kimi K3's fidelity corpus: answers written the way K3 can write them, as the model's true ids,
+with their requests. The harness (`emulator/fidelity.py`, bench/fidelity_corpus.py --format
+kimi-k3) serves each through the restated vLLM 0.32 kimi_k3 parsers (the served side's
+`answer_ids`) and the emulator's response framing, as a client receives them, and rebuilds it;
+the real-vLLM harness scripts the ids into a real server (`real_case`). Not in the reconstruct
+fingerprint: reconstruction never imports it.
 
 Why not `served.model_ids`: it writes the encoder's layout only. The shapes here are what a
 sampled model also does (`SHAPES`): empty channels, whitespace-only content, literal marker
@@ -24,16 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.emulator import textgen
-from specregen.emulator.config import Profile
-from specregen.emulator.fidelity import Case
-from specregen.emulator.profiles import (
-    PROFILE_SPECS,
-    ResponseMeta,
-    response_body,
-    stream_frames,
-)
-from specregen.models.chat_format import RealCase
+from specregen.models import textgen
+from specregen.models.corpus import Drawn, RealCase
 from specregen.models.kimi_k3.encoding import (
     CLOSE,
     END_OF_MSG,
@@ -47,15 +37,13 @@ from specregen.models.kimi_k3.encoding import (
     open_tag,
     text,
 )
-from specregen.models.kimi_k3.served import KimiK3Server
 from specregen.models.kimi_k3.servers import RequestError
 from specregen.models.kimi_k3.tokens import encode_segments
-from specregen.models.tokenizer import Tokenizer
+from specregen.models.tokenizer_base import Tokenizer
 from specregen.records import ProviderTraits
-from specregen.wire.stream import assemble_lines
 
 MODEL = "moonshotai/kimi-k3"
-PROFILES: tuple[Profile, ...] = ("vllm-k3", "openrouter")
+PROFILES = ("vllm-k3", "openrouter")
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -360,46 +348,6 @@ def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None,
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# The server side (the emulator's, from the ids on)
-
-
-def serve(server: KimiK3Server, profile: str, request: dict[str, Any], ids: list[int],
-          max_tokens: int | None, stream: bool, index: int) -> dict[str, Any]:
-    """The body a client ends up with when the model wrote `ids` for `request`: the served
-    side's `answer_ids`, then the emulator's `response_body` / `stream_frames` and the
-    client's SSE assembly."""
-    spec = PROFILE_SPECS[profile]
-    answer = server.answer_ids(spec, request, ids, max_tokens, stream, seed=index)
-    meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
-                        provider="emulator", price_prompt=0.0, price_completion=0.0)
-    if not stream:
-        return response_body(spec, answer.message, answer, answer, request, meta)
-    frames = stream_frames(spec, answer.message, answer, answer, request, meta,
-                           random.Random(len(answer.ids)))
-    body, done = assemble_lines((b"".join(frames).decode() + "data: [DONE]\n\n").splitlines())
-    if not done:
-        raise RuntimeError(f"the emulated stream for {profile} did not end with [DONE]")
-    message = body["choices"][0]["message"]
-    if profile == "vllm-k3" and message.get("content") is None:
-        # vLLM 0.32's role chunk always carries `content: ""` (the emulator's framing sends it
-        # only with content: docs/vllm-0.32.md), so a real stream never assembles to null.
-        message["content"] = ""
-    return body
-
-
-@dataclass(frozen=True, slots=True)
-class Drawn:
-    index: int
-    shape: str  # with "+cut" when cut
-    request: dict[str, Any]
-    thinking: bool | None
-    effort: str | None
-    ids: tuple[int, ...]
-    max_tokens: int | None
-    template_shaped: bool
-
-
 def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = None
          ) -> Iterator[Drawn]:
     """`n` random answers and their requests (the thinking switch not yet in a dialect)."""
@@ -423,45 +371,48 @@ def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = N
         if shape == "cut" or rng.random() < 0.08:
             max_tokens = rng.randint(1, len(ids) - 1)
             label = label if shape == "cut" else label + "+cut"
-        yield Drawn(i, label, request, thinking, effort, tuple(ids), max_tokens,
-                    written.template_shaped)
+        yield Drawn(i, label, request, tuple(ids), max_tokens, written.template_shaped,
+                    thinking=thinking, effort=effort)
 
 
-def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = PROFILES,
-          streams: Sequence[bool] = (False, True),
-          shapes: Sequence[str] | None = None) -> Iterator[Case]:
-    """`n` random answers, each served by every profile plain and streamed."""
-    server = KimiK3Server(tok)
-    for d in draw(tok, n, seed, shapes):
-        for profile in profiles:
-            sent_base = with_thinking(d.request, profile, d.thinking, d.effort)
-            if d.max_tokens is not None:
-                sent_base = {**sent_base, "max_tokens": d.max_tokens}
-            for stream in streams:
-                sent = {**sent_base, "stream": True} if stream else sent_base
-                try:
-                    body = serve(server, profile, sent, list(d.ids), d.max_tokens, stream,
-                                 d.index)
-                except RequestError:
-                    continue
-                truth = tuple(body["prompt_token_ids"]) + tuple(body["choices"][0]["token_ids"])
-                yield Case(f"{d.index}-{profile}-{'s' if stream else 'p'}", profile, stream,
-                           d.shape, sent, body, truth)
+class KimiK3Corpus:
+    """K3's corpus (`models.corpus.FidelityCorpus`)."""
 
+    profiles = PROFILES
+    shapes = tuple(SHAPES)
+    gated_groups = GATED_GROUPS
+    refusals: tuple[type[Exception], ...] = (RequestError,)
 
-# ---------------------------------------------------------------------------------------------
-# The corpus for a real server (specregen.realserver): the same requests and answers, as the
-# ids the model writes, for a real vLLM's scripted model to answer with.
+    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
+              ) -> str:
+        return group(shape, profile, stream)
 
+    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
+        return probed_traits(profile, stream)
 
-def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
-    """`n` random answers, drawn as `cases` draws them, with the thinking switch in vLLM's
-    dialect (`chat_template_kwargs.thinking`, `reasoning_effort`)."""
-    for d in draw(tok, n, seed):
-        sent = with_thinking(d.request, "vllm-k3", d.thinking, d.effort)
+    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
+             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
+        return draw(tok, n, seed, shapes)
+
+    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
+        request = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
+        if drawn.max_tokens is not None:
+            request = {**request, "max_tokens": drawn.max_tokens}
+        return request
+
+    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
+                  profile: str) -> RealCase:
+        """With the thinking switch in vLLM's dialect (`chat_template_kwargs.thinking`,
+        `reasoning_effort`)."""
+        sent = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
         sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
-        if d.max_tokens is not None:
-            sent["max_tokens"] = d.max_tokens
-        groups = (group(d.shape, "vllm-k3", False), group(d.shape, "vllm-k3", True))
-        yield RealCase(f"k3-{seed}-{d.index}", d.shape, groups, d.template_shaped, sent,
-                       d.ids, d.max_tokens)
+        if drawn.max_tokens is not None:
+            sent["max_tokens"] = drawn.max_tokens
+        groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
+        return RealCase(f"k3-{seed}-{drawn.index}", drawn.shape, groups, drawn.template_shaped,
+                        sent, tuple(ids), drawn.max_tokens)
+
+
+def make_corpus() -> KimiK3Corpus:
+    """The descriptor's `make_corpus` (`registry.fidelity_corpus`)."""
+    return KimiK3Corpus()

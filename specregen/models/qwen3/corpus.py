@@ -1,13 +1,11 @@
-"""A Qwen3 answer-shape corpus for the fidelity bench (`bench/fidelity_corpus.py`): answers
-written the way Qwen3 can write them, as the model's true ids, served through the restated
-upstream parsers (models/qwen3/servers.py) and the emulator's response framing, as a client
-receives them.
+"""Qwen3's fidelity corpus: answers written the way Qwen3 can write them, as the model's true ids,
+with their requests. The harness (`emulator/fidelity.py`, bench/fidelity_corpus.py) serves each
+through the restated upstream parsers (the served side's `answer_ids`) and the emulator's
+response framing, as a client receives them, and rebuilds it; the real-vLLM harness scripts the
+ids into a real server (`real_case`). Not in the reconstruct fingerprint: reconstruction never
+imports it.
 
-Emulator/bench code only, so it sits with the emulator (the K2.5 corpus is `fidelity.py`), not
-in the format's package: reconstruction never imports it, and `models` imports nothing from the
-emulator (tests/unit/test_layers.py).
-
-Why not `servers.model_ids`: it writes the chat template's layout only. The shapes here are
+Why not `served.model_ids`: it writes the chat template's layout only. The shapes here are
 what a sampled model also does (`SHAPES`): text glued to `<tool_call>`, whitespace-only
 content, compact or nested or non-ASCII arguments, literal markers in its text, an unclosed
 think block, calls inside the think block, text after the calls, and any of them cut by
@@ -15,10 +13,6 @@ think block, calls inside the think block, text after the calls, and any of them
 (a marker written in the text is its added-token id, as the model samples it), or, for the
 `chars` shape, a marker spelled in ordinary tokens (`<` + `tool_call>`), which every server's
 string rules still read as the marker.
-
-The server side is the emulator's, step for step (`emulator/served.py` `served_reply` and
-`models/qwen3/served.py` `Qwen3Server.answer` from the ids on; `emulator/fidelity.py`
-`Corpus.answer` for the body and the stream): no parser is restated here.
 """
 
 from __future__ import annotations
@@ -29,27 +23,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specregen.emulator import textgen
-from specregen.emulator.config import Profile
-from specregen.emulator.fidelity import Case
-from specregen.emulator.profiles import (
-    PROFILE_SPECS,
-    Message,
-    OutCall,
-    ResponseMeta,
-    response_body,
-    stream_frames,
-)
-from specregen.emulator.served import ServedGeneration, ServedView
-from specregen.models.chat_format import RealCase
-from specregen.models.qwen3.served import Qwen3Server
+from specregen.models import textgen
+from specregen.models.corpus import Drawn, RealCase
 from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
-from specregen.models.tokenizer import Tokenizer
+from specregen.models.tokenizer_base import Tokenizer
 from specregen.records import ProviderTraits
-from specregen.wire.stream import assemble_lines
 
-PROFILES: tuple[Profile, ...] = ("vllm-hermes", "openrouter", "sglang")
+PROFILES = ("vllm-hermes", "openrouter", "sglang")
 
 TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {
@@ -330,80 +311,6 @@ def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None
     return {**request, "chat_template_kwargs": {"enable_thinking": thinking}}
 
 
-# ---------------------------------------------------------------------------------------------
-# The server side (the emulator's, from the ids on)
-
-
-def serve(server: Qwen3Server, profile: str, request: dict[str, Any], ids: list[int],
-          truncated: bool, stream: bool, index: int) -> dict[str, Any]:
-    """The body a client ends up with when the model wrote `ids` for `request`:
-    `Qwen3Server.answer` after `model_ids`, then `served_reply`'s message, then the emulator's
-    `response_body` / `stream_frames` and the client's SSE assembly."""
-    server = server.for_profile(profile)
-    served = server.serve_ids(server.upstream_request(request), ids, truncated, stream)
-    parsed = served.parsed
-    rng = random.Random(index)
-    calls = tuple(OutCall(server.call_id(rng.getrandbits(128)), c.name, c.arguments)
-                  for c in parsed.calls)
-    message = Message(parsed.reasoning, parsed.content, calls, parsed.finish_reason,
-                      content_at_calls=served.content_at_calls or None)
-    view = ServedView(tuple(ids), served.reasoning_tokens)
-    gen = ServedGeneration(tuple(served.prompt))
-    spec = PROFILE_SPECS[profile]
-    meta = ResponseMeta(id=f"chatcmpl-{index:024x}", created=0, model=request["model"],
-                        provider="emulator", price_prompt=0.0, price_completion=0.0)
-    if not stream:
-        return response_body(spec, message, view, gen, request, meta)
-    frames = stream_frames(spec, message, view, gen, request, meta, random.Random(len(ids)))
-    text = b"".join(frames).decode() + "data: [DONE]\n\n"
-    body, done = assemble_lines(text.splitlines())
-    if not done:
-        raise RuntimeError(f"the emulated stream for {profile} did not end with [DONE]")
-    return body
-
-
-def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = PROFILES,
-          streams: Sequence[bool] = (False, True),
-          shapes: Sequence[str] | None = None) -> Iterator[Case]:
-    """`n` random answers, each served by every profile plain and streamed."""
-    rng = random.Random(seed)
-    server = Qwen3Server(tok)
-    names = list(shapes or SHAPES)
-    weights = [SHAPES[s] for s in names]
-    for i in range(n):
-        request = random_request(rng, i)
-        shape = rng.choices(names, weights)[0]
-        thinking = rng.choice([True, True, False, None])
-        think = thinking is not False
-        tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
-        pieces = write_answer(rng, "clean" if shape == "cut" else shape, think, tool_names)
-        ids = answer_ids(tok, pieces)
-        truncated = False
-        label = shape
-        if shape == "cut" or rng.random() < 0.08:
-            # Anywhere: inside the reasoning, a marker's neighbourhood, the arguments, a
-            # multi-byte character, or just before the stop token.
-            k = rng.randint(1, len(ids) - 1)
-            ids, truncated = ids[:k], True
-            label = shape if shape == "cut" else shape + "+cut"
-            request = {**request, "max_tokens": k}
-        for profile in profiles:
-            sent_base = with_thinking(request, profile, thinking)
-            for stream in streams:
-                sent = {**sent_base, "stream": True} if stream else sent_base
-                try:
-                    body = serve(server, profile, sent, list(ids), truncated, stream, i)
-                except RequestError:
-                    continue
-                truth = tuple(body["prompt_token_ids"]) + tuple(body["choices"][0]["token_ids"])
-                yield Case(f"{i}-{profile}-{'s' if stream else 'p'}", profile, stream, label,
-                           sent, body, truth)
-
-
-# ---------------------------------------------------------------------------------------------
-# The corpus for a real server (specregen.realserver): the same requests and answers, as the
-# ids the model writes, for a real vLLM's scripted model to answer with.
-
 # What Qwen3's template expects it to write (the base of the real server's yield): its layout,
 # with 0-3 calls and reasoning empty or not. Not `literal`: a marker's own id in prose is what
 # the template reserves for structure (the parsers take it for one; K2.5's corpus counts it
@@ -411,28 +318,61 @@ def cases(tok: Tokenizer, n: int, seed: int = 0, profiles: Sequence[Profile] = P
 TEMPLATE_SHAPES = frozenset({"clean"})
 
 
-def real_cases(tok: Tokenizer, n: int, seed: int = 0) -> Iterator[RealCase]:
-    """`n` random answers, drawn as `cases` draws them, with the thinking switch in vLLM's
-    dialect (`chat_template_kwargs.enable_thinking`)."""
-    rng = random.Random(seed)
-    names = list(SHAPES)
-    weights = [SHAPES[s] for s in names]
-    for i in range(n):
-        request = random_request(rng, i)
-        shape = rng.choices(names, weights)[0]
-        thinking = rng.choice([True, True, False, None])
-        tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
-        pieces = write_answer(rng, "clean" if shape == "cut" else shape, thinking is not False,
-                              tool_names)
-        ids = answer_ids(tok, pieces)
-        label, max_tokens = shape, None
-        if shape == "cut" or rng.random() < 0.08:
-            max_tokens = rng.randint(1, len(ids) - 1)
-            label = shape if shape == "cut" else shape + "+cut"
-        sent = with_thinking(request, "vllm-hermes", thinking)
+class Qwen3Corpus:
+    """Qwen3's corpus (`models.corpus.FidelityCorpus`)."""
+
+    profiles = PROFILES
+    shapes = tuple(SHAPES)
+    gated_groups = GATED_GROUPS
+    refusals: tuple[type[Exception], ...] = (RequestError,)
+
+    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
+              ) -> str:
+        return group(shape, profile, stream)
+
+    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
+        return probed_traits(profile, stream)
+
+    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
+             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
+        rng = random.Random(seed)
+        names = list(shapes or SHAPES)
+        weights = [SHAPES[s] for s in names]
+        for i in range(n):
+            request = random_request(rng, i)
+            shape = rng.choices(names, weights)[0]
+            thinking = rng.choice([True, True, False, None])
+            tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
+            pieces = write_answer(rng, "clean" if shape == "cut" else shape,
+                                  thinking is not False, tool_names)
+            ids = answer_ids(tok, pieces)
+            label, max_tokens = shape, None
+            if shape == "cut" or rng.random() < 0.08:
+                # Anywhere: inside the reasoning, a marker's neighbourhood, the arguments, a
+                # multi-byte character, or just before the stop token.
+                max_tokens = rng.randint(1, len(ids) - 1)
+                label = shape if shape == "cut" else shape + "+cut"
+            yield Drawn(i, label, request, tuple(ids), max_tokens, label in TEMPLATE_SHAPES,
+                        thinking=thinking)
+
+    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
+        request = drawn.request
+        if drawn.max_tokens is not None:
+            request = {**request, "max_tokens": drawn.max_tokens}
+        return with_thinking(request, profile, drawn.thinking)
+
+    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
+                  profile: str) -> RealCase:
+        """With the thinking switch in vLLM's dialect (`chat_template_kwargs.enable_thinking`)."""
+        sent = with_thinking(drawn.request, profile, drawn.thinking)
         sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
-        if max_tokens is not None:
-            sent["max_tokens"] = max_tokens
-        groups = (group(label, "vllm-hermes", False), group(label, "vllm-hermes", True))
-        yield RealCase(f"qwen3-{seed}-{i}", label, groups,
-                       label in TEMPLATE_SHAPES, sent, tuple(ids), max_tokens)
+        if drawn.max_tokens is not None:
+            sent["max_tokens"] = drawn.max_tokens
+        groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
+        return RealCase(f"qwen3-{seed}-{drawn.index}", drawn.shape, groups,
+                        drawn.template_shaped, sent, tuple(ids), drawn.max_tokens)
+
+
+def make_corpus() -> Qwen3Corpus:
+    """The descriptor's `make_corpus` (`registry.fidelity_corpus`)."""
+    return Qwen3Corpus()
