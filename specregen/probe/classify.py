@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specregen.logprobs import ids_from_logprobs
-from specregen.models.chat_format import ChatFormat, FormatError, ProbeRules
-from specregen.normalize import ResponseError, normalize_response, thinking_from_request
-from specregen.probe.model import (
+from specregen.models.chat_format import ChatFormat, FormatError
+from specregen.models.probe_answer import (
     ArgumentsCheck,
     ArgumentsJson,
     CallsWhere,
@@ -42,10 +41,11 @@ from specregen.probe.model import (
     IdForm,
     Observation,
     ReasoningField,
-    ScenarioResult,
-    ToolMode,
     Whitespace,
 )
+from specregen.models.probe_rules import ProbeRules
+from specregen.normalize import ResponseError, normalize_response, thinking_from_request
+from specregen.probe.model import ScenarioResult, ToolMode
 from specregen.records import Completion, ToolCall
 
 RAW_WHERE = ("raw_content", "raw_reasoning")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specregen.models.chat_format import ProbeRules
+from specregen.models.probe_rules import ProbeRules
 from specregen.probe.classify import RAW_WHERE, mode_scenarios
 from specregen.probe.model import ParserFindings, ScenarioResult
 
@@ -147,6 +147,8 @@ def _join(values: Sequence[int]) -> str:
     return ", ".join(f"{v:+d}" for v in values)
 
 
+# The probe's own findings, in the order of their lines; the traits a family declares
+# (`ProbeRules.traits`) bring their own words.
 FINDING_WORDS = {
     "renumbers_tool_ids": ("rebuilds tool-call ids as functions.NAME:{earlier calls + index}",
                            "returns tool-call ids as the model wrote them"),
@@ -162,19 +164,10 @@ FINDING_WORDS = {
                                 " reasoning text"),
     "forces_reasoning": ("treats the output as reasoning even with thinking off",
                          "honours thinking off"),
-    "strips_content_beside_calls": ("strips the whitespace around the text before tool calls",
-                                    "returns the text before tool calls as written"),
     "returns_logprobs": ("returns logprobs naming every generated token (the run asks for them:"
                          " evidence `logprobs`)",
                          "returns no logprobs (or refuses them)"),
-    "spaces_around_added_tokens": ("puts a space before every added token and before the text"
-                                   " after one (reasoning and content begin with a space the"
-                                   " model never wrote)",
-                                   "returns the text without spaces around added tokens"),
 }
-# Findings a format examines only on request (probe/traits.py `EXTRA_FINDINGS`): a line only
-# when examined, so a profile of another format reads as before.
-_ON_REQUEST = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
 def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
@@ -201,12 +194,20 @@ def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
 
 def finding_notes(findings: ParserFindings, rules: ProbeRules | None = None) -> list[str]:
     """One line per parser finding: what it is, and what the answers showed (`rules`: the
-    format's probe rules, for its words)."""
-    out = []
+    format's probe rules, for its words and its family's traits). A family trait's line
+    follows the parsers' findings; one that changes the counts (`recount`: what the server
+    adds to the text, not how it parses it) comes after the logprobs'."""
+    declared = rules.traits if rules is not None else ()
+    parsers = [(t.name, t.when_true, t.when_false) for t in declared if t.recount is None]
+    added = [(t.name, t.when_true, t.when_false) for t in declared if t.recount is not None]
+    lines: list[tuple[str, str, str, bool | None]] = []
     for name, (yes, no) in finding_words(rules).items():
-        if name in _ON_REQUEST and name not in findings.evidence:
-            continue
-        value = getattr(findings, name)
+        if name == "returns_logprobs":
+            lines += [(n, y, f, findings.family.get(n)) for n, y, f in parsers]
+        lines.append((name, yes, no, getattr(findings, name)))
+    lines += [(n, y, f, findings.family.get(n)) for n, y, f in added]
+    out = []
+    for name, yes, no, value in lines:
         what = yes if value is True else no if value is False else "unknown"
         out.append(f"{name}: {what} ({findings.evidence.get(name, 'no evidence')})")
     return out

@@ -11,7 +11,8 @@ import pytest
 
 from specregen.client.config import EndpointConfig
 from specregen.inspect.view import build_view
-from specregen.models.chat_format import ChatFormat, CompletionMarkers, ProbeRules
+from specregen.models.chat_format import ChatFormat, CompletionMarkers
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.qwen3 import served as qserved
 from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import get_format, probe_rules

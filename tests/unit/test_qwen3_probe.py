@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from specregen.models.chat_format import ProbeRules
 from specregen.models.kimi_k25.probe import RULES as KIMI_RULES
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.qwen3 import Qwen3
 from specregen.models.qwen3.probe import RULES, Qwen3ProbeRules
 from specregen.models.registry import get_format, probe_rules, reads_provider_traits
