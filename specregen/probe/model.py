@@ -103,8 +103,12 @@ class ParserFindings:
         if not isinstance(data, dict):
             raise ProfileError(f"{where} is not an object")
         known = {f.name for f in dataclasses.fields(cls)} - {"family"}
-        findings = cls(**{k: v for k, v in data.items() if k in known},
-                       family={k: v for k, v in data.items() if k not in known})
+        evidence = data.get("evidence")
+        examined = evidence if isinstance(evidence, dict) else {}
+        # A stored trait the family does not have was written as a null, unexamined.
+        family = {k: v for k, v in data.items() if k not in known
+                  and not (k in STORED_FAMILY_TRAITS and v is None and k not in examined)}
+        findings = cls(**{k: v for k, v in data.items() if k in known}, family=family)
         for name, value in [*((n, getattr(findings, n)) for n in sorted(known - {"evidence"})),
                             *findings.family.items()]:
             if value not in (True, False, None):

@@ -26,6 +26,8 @@ from specregen.probe.model import PROFILE_VERSION
 from specregen.store.fs import Store
 from tests.support import REPO, get_tokenizer
 
+STRIPS = "strips_content_beside_calls"  # the family's trait
+
 pytestmark = pytest.mark.integration
 
 LIMIT = 4
@@ -331,6 +333,6 @@ def test_a_qwen3_endpoint_is_probed_and_its_traits_reach_reconstruction(
     assert probe["status"] == "probed" and sent == probe["requests"] + LIMIT
     stored = read_profile(run)[0]
     assert stored is not None and stored.tool_calls_recoverable is True
-    assert stored.findings.strips_content_beside_calls is strips, stored.findings.evidence
+    assert stored.findings.family.get(STRIPS) is strips, stored.findings.evidence
     assert stored.findings.counts_stop_token is True
     assert seen == [stored.traits()]
