@@ -2,10 +2,12 @@
 one line in the registry are all it takes (issue 22). A throwaway family, written to a temporary
 folder and registered at test time the same way, is found by model id, its bundled tokenizer
 loads by alias and is fingerprinted by its files, the emulator lists and serves its own profile,
-and the gate words its id rule -- with no edit anywhere else in specregen."""
+the gate words its id rule, and a provider trait it declares (name, sentences, vote rule) is
+found by the probe and read by its format -- with no edit anywhere else in specregen."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -62,21 +64,92 @@ FAMILY = Family(
 '''
 
 
-@pytest.fixture
-def toy(tmp_path, monkeypatch) -> Family:
+# The same family with probe rules of its own that bring a trait: whether the server returns
+# the reasoning in capitals. Its format (Qwen3's, wrapped) notes what it was told.
+PROBING_DESCRIPTOR = DESCRIPTOR.replace(
+    'tool_id_rule="an id is not the toy\'s own",',
+    'tool_id_rule="an id is not the toy\'s own",\n'
+    '    reads_provider_traits=True,\n'
+    '    make_probe_rules=lazy("toy_family_pkg.probe", "make_probe_rules"),',
+).replace("import Family, profile_spec", "import Family, lazy, profile_spec").replace(
+    "    return make_format(tokenizer, **options)",
+    "    from toy_family_pkg.probe import ToyFormat\n\n"
+    "    return ToyFormat(make_format(tokenizer, **options))")
+PROBE = '''
+from specregen.models.probe_rules import FamilyTrait, TraitVotes, vote
+from specregen.models.qwen3.probe import Qwen3ProbeRules
+
+SHOUTS = "shouts_reasoning"  # the toy's trait: its name is its own
+
+
+def _shouting(votes: TraitVotes):
+    loud = sum(1 for o in votes.answered if o.reasoning_chars > 100)
+    quiet = sum(1 for o in votes.answered if 0 < o.reasoning_chars <= 100)
+    return vote(loud, quiet, f"long reasoning {loud}, short {quiet}", "no reasoning")
+
+
+class ToyProbeRules(Qwen3ProbeRules):
+    traits = (FamilyTrait(SHOUTS, when_true="returns the reasoning in capitals",
+                          when_false="returns the reasoning as written", vote=_shouting),)
+
+    def history_call_id(self, name, index):
+        return f"toy-{name}-{index}"
+
+
+def make_probe_rules():
+    return ToyProbeRules()
+
+
+class ToyFormat:
+    """Qwen3's format under the toy's name, noting the toy's trait it was given."""
+
+    told: list = []
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.name = "toy-lm"
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def readings(self, request, completion, calls, thinking, truncated, history, traits):
+        ToyFormat.told.append(traits.get(SHOUTS))
+        return self._inner.readings(request, completion, calls, thinking, truncated, history,
+                                    traits)
+'''
+
+
+def _install(tmp_path, monkeypatch, descriptor: str, **modules: str) -> Family:
     package = tmp_path / "toy_family_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "family.py").write_text(textwrap.dedent(DESCRIPTOR))
+    (package / "family.py").write_text(textwrap.dedent(descriptor))
+    for name, text in modules.items():
+        (package / f"{name}.py").write_text(textwrap.dedent(text))
     shutil.copytree(MINI_QWEN3_TOKENIZER_DIR, package / "mini_toy_tokenizer")
     monkeypatch.syspath_prepend(str(tmp_path))
     # The one line a family adds to the registry.
     monkeypatch.setattr(registry, "FAMILY_MODULES",
                         (*registry.FAMILY_MODULES, "toy_family_pkg.family"))
-    yield registry.family("toy-lm")
+    return registry.family("toy-lm")
+
+
+def _uninstall() -> None:
     for name in [m for m in sys.modules if m.startswith("toy_family_pkg")]:
         del sys.modules[name]
     registry._loaded.pop("toy_family_pkg.family", None)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch) -> Family:
+    yield _install(tmp_path, monkeypatch, DESCRIPTOR)
+    _uninstall()
+
+
+@pytest.fixture
+def probing_toy(tmp_path, monkeypatch) -> Family:
+    yield _install(tmp_path, monkeypatch, PROBING_DESCRIPTOR, probe=PROBE)
+    _uninstall()
 
 
 def test_the_registry_finds_the_family_through_its_descriptor(toy):
@@ -176,3 +249,42 @@ def test_no_family_name_is_spelled_outside_its_package():
         text = path.read_text(encoding="utf-8")
         found += [f"{module}: {n}" for n in names if n in text]
     assert not found, found
+
+
+def test_a_trait_the_family_declares_is_probed_and_reaches_its_format(probing_toy, tmp_path):
+    from specregen.client.config import EndpointConfig
+    from specregen.models.probe_answer import Observation
+    from specregen.probe.classify import summarize
+    from specregen.probe.model import ScenarioResult, load_profile, save_profile
+    from specregen.probe.run import build_profile
+    from specregen.probe.scenarios import build_scenarios, rules_of
+    from specregen.reconstruct import reconstruct
+
+    rules = rules_of("toy-lm")
+    history = next(s for s in build_scenarios(1, rules=rules) if s.name == "history")
+    calls = [c for m in history.prompts[0].messages for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == ["toy-get_weather-0", "toy-get_weather-1"]
+
+    answers = [Observation(index=i, ok=True, calls_where="none", reasoning_chars=500)
+               for i in range(2)]
+    scenario = summarize(ScenarioResult("plain", "", "tools", False, None), answers)
+    cfg = EndpointConfig(base_url="http://127.0.0.1:9/v1", model="acme/toy-lm")
+    profile = build_profile(cfg, [scenario], tool_mode="tools", requests=2)
+    assert profile.findings.family == {"shouts_reasoning": True}
+    assert profile.findings.evidence["shouts_reasoning"] == "long reasoning 2, short 0"
+    assert ("shouts_reasoning: returns the reasoning in capitals (long reasoning 2, short 0)"
+            in profile.notes)
+    stored = json.loads(profile.to_json())["findings"]
+    assert stored["shouts_reasoning"] is True
+    traits = load_profile(save_profile(profile, tmp_path / "p.json")).traits()
+    assert traits.get("shouts_reasoning") is True
+    assert traits.to_dict()["shouts_reasoning"] is True
+
+    fmt = registry.get_format("toy-lm", load_tokenizer("mini-toy"))
+    request = {"model": "acme/toy-lm", "messages": [{"role": "user", "content": "hi"}]}
+    response = {"choices": [{"message": {"role": "assistant", "content": "hello"},
+                             "finish_reason": "stop"}], "usage": {}}
+    told = type(fmt).told
+    told.clear()
+    reconstruct("s", request, response, fmt, traits=traits)
+    assert told == [True]
