@@ -56,7 +56,7 @@ class Observation:
     completion_offset: int | None = None
     reference_match: str | None = None  # when the server returned the completion's token ids
     reconstruct_flags: list[str] = field(default_factory=list)
-    # What the parser findings are read from (see probe/traits.py).
+    # What the parser findings are read from (probe/traits.py, the families' own votes).
     thinking: bool | None = None  # what the request asked; None: the server default
     content_kind: ContentKind = "none"
     history_tool_calls: int = 0  # earlier calls in the request's conversation

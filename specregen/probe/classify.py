@@ -372,7 +372,7 @@ def _count_raw(
             and obs.prompt_offset in (0, None) and obs.reference_match in (None, "exact")):
         # The format's assembly either restored its separators around this content (its flag
         # says so) or used it as returned: the provider's count then says which one the model
-        # wrote (probe/traits.py).
+        # wrote (the vote of the family trait that reads it).
         obs.bare_content_offset = obs.raw_completion_offset
         obs.bare_content_restored = restored_flag in assembled.flags
     obs.countable = (
