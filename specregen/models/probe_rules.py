@@ -83,16 +83,17 @@ class ProbeRules(Protocol):
     `id_form`: the label of the call-id form the model writes (stored in profiles);
     `placeholder`: text a known parser deletes from content beside calls (None: none);
     `reasoning_end`: the marker text closing the reasoning; `thinking_switch`: the
-    `chat_template_kwargs` key; `uncountable_flags`: `assemble_as_returned` flags that say the
-    returned fields are not what the model wrote (no base for counting tokens); `traits`: the
-    traits the family brings beyond the probe's own (`FamilyTrait`: name, sentences, vote).
+    `chat_template_kwargs` key; `stop_token`: the name of the token the model ends its answer
+    with (the probe's words about counting it); `uncountable_flags`: `assemble_as_returned`
+    flags that say the returned fields are not what the model wrote (no base for counting
+    tokens); `traits`: the traits the family brings beyond the probe's own (`FamilyTrait`:
+    name, sentences, vote).
 
     Optional: `without_inserted_spaces(completion, *, thinking, streamed)`, the fields without
     the spaces a slow detokenizer puts around added tokens (None: they cannot carry them; the
     probe's `despaced_completion_offset`); `restored_separators_flag`, the assembly's flag
     that says it restored separators around a bare content beside calls (the probe's
-    `bare_content_offset`); `stop_token`, the name of the token the model ends its answer
-    with, for the probe's words about counting it (absent: `<|im_end|>`); `other_id_meaning`,
+    `bare_content_offset`); `other_id_meaning`,
     what an id not of `id_form` means, in words.
     """
 
@@ -100,6 +101,7 @@ class ProbeRules(Protocol):
     placeholder: str | None
     reasoning_end: str
     thinking_switch: str
+    stop_token: str
     uncountable_flags: frozenset[str]
     traits: tuple[FamilyTrait, ...]
 

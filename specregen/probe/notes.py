@@ -150,14 +150,14 @@ def _join(values: Sequence[int]) -> str:
 # The probe's own findings, in the order of their lines; the traits a family declares
 # (`ProbeRules.traits`) bring their own words.
 FINDING_WORDS = {
-    "renumbers_tool_ids": ("rebuilds tool-call ids as functions.NAME:{earlier calls + index}",
+    "renumbers_tool_ids": ("rebuilds tool-call ids with the running count of earlier calls",
                            "returns tool-call ids as the model wrote them"),
-    "deletes_no_content": ("deletes the placeholder content `(no content)` beside tool calls",
-                           "keeps the placeholder content `(no content)`"),
+    "deletes_no_content": ("deletes the placeholder content beside tool calls",
+                           "keeps the placeholder content"),
     "splits_reasoning": ("returns reasoning in its own field",
-                         "returns the output unsplit: reasoning and `</think>` stay in content"),
-    "counts_stop_token": ("counts <|im_end|> in usage.completion_tokens",
-                          "does not count <|im_end|> in usage.completion_tokens"),
+                         "returns the output unsplit: reasoning and its end stay in content"),
+    "counts_stop_token": ("counts the stop token in usage.completion_tokens",
+                          "does not count the stop token in usage.completion_tokens"),
     "ends_reasoning_at_tools": ("ends the reasoning where a tool section opens inside it, and"
                                 " parses the calls",
                                 "leaves a tool section opened inside the thinking in the"
@@ -171,8 +171,8 @@ FINDING_WORDS = {
 
 
 def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
-    """`FINDING_WORDS` in the format's terms (`rules`: its probe rules; None: K2.5's words): its
-    id form, its placeholder, its stop token (the rules' optional `stop_token`)."""
+    """`FINDING_WORDS` in the format's terms (`rules`: its probe rules; None: no format's): its
+    id form, its placeholder, its reasoning end, its stop token."""
     if rules is None:
         return FINDING_WORDS
     words = dict(FINDING_WORDS)
@@ -185,10 +185,12 @@ def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
         words["deletes_no_content"] = (
             f"deletes the placeholder content `{rules.placeholder}` beside tool calls",
             f"keeps the placeholder content `{rules.placeholder}`")
-    stop = getattr(rules, "stop_token", None)
-    if isinstance(stop, str):
-        words["counts_stop_token"] = (f"counts {stop} in usage.completion_tokens",
-                                      f"does not count {stop} in usage.completion_tokens")
+    words["splits_reasoning"] = (words["splits_reasoning"][0],
+                                 "returns the output unsplit: reasoning and"
+                                 f" `{rules.reasoning_end}` stay in content")
+    stop = rules.stop_token
+    words["counts_stop_token"] = (f"counts {stop} in usage.completion_tokens",
+                                  f"does not count {stop} in usage.completion_tokens")
     return words
 
 

@@ -98,7 +98,8 @@ def infer_findings(
     history = [o for s in scenarios if s.name == HISTORY_SCENARIO for o in s.observations
                if o.ok]
     findings.renumbers_tool_ids, evidence["renumbers_tool_ids"] = _renumbering(history)
-    findings.splits_reasoning, evidence["splits_reasoning"] = _split(answered)
+    end = rules.reasoning_end if rules is not None else "reasoning end"
+    findings.splits_reasoning, evidence["splits_reasoning"] = _split(answered, end)
     findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
         answered, findings.counts_stop_token)
     findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
@@ -197,12 +198,12 @@ def _renumbering(history: Sequence[Observation]) -> Verdict:
     return None, seen + " (no call came back in the history scenario)"
 
 
-def _split(answered: Iterable[Observation]) -> Verdict:
+def _split(answered: Iterable[Observation], end: str) -> Verdict:
     on = [o for o in answered if o.thinking is not False]
     split = sum(1 for o in on if o.reasoning_chars > 0)
     unsplit = sum(1 for o in on if o.reasoning_chars == 0 and o.think_end_in_content)
     seen = (f"thinking on: reasoning in its own field {split}, whole output in content with"
-            f" a literal </think> {unsplit}")
+            f" a literal {end} {unsplit}")
     return vote(split, unsplit, seen, "no reasoning came back at all")
 
 

@@ -19,6 +19,7 @@ from specregen.models.kimi_k25.common import (
     CALL_BEGIN,
     CALL_END,
     CANONICAL_ID,
+    IM_END,
     SECTION_BEGIN,
     SECTION_END,
     SPACES_AROUND_ADDED_TOKENS,
@@ -97,6 +98,7 @@ class KimiProbeRules:
     # What vLLM's kimi_k2 tool parser deletes from content when the answer has calls (issue 8).
     placeholder: str | None = NO_CONTENT
     reasoning_end = THINK_END
+    stop_token = IM_END
     thinking_switch = THINKING_SWITCH
     traits: tuple[FamilyTrait, ...] = (SPACES_TRAIT,)
     # Flags of the unrepaired assembly that change what is counted, or say the fields are not

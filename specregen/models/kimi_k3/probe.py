@@ -44,7 +44,7 @@ class KimiK3ProbeRules:
     id_form = "server"  # the model writes no id: every id is the server's
     placeholder: str | None = None
     reasoning_end = THINK_CLOSE
-    stop_token = END_OF_MSG  # the probe's words for `counts_stop_token`
+    stop_token = END_OF_MSG
     thinking_switch = THINKING_SWITCH
     # `KimiK3.assemble` flags that say the assembled text is a guess: non-string arguments
     # re-dumped by the server (their spelling as written is assumed), arguments that are no

@@ -32,7 +32,7 @@ from specregen.models.qwen3.format import (
     find_tool_calls,
     is_server_tool_id,
 )
-from specregen.models.qwen3.tokens import THINK_END, TOOL_CALL, TOOL_CALL_END
+from specregen.models.qwen3.tokens import IM_END, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.serverkit.ids import fixed_vllm_call_id
 from specregen.records import Completion
 
@@ -97,6 +97,7 @@ class Qwen3ProbeRules:
     id_form = "server"
     placeholder: str | None = None  # no Qwen3 parser deletes content it recognises
     reasoning_end = THINK_END
+    stop_token = IM_END
     thinking_switch = THINKING_SWITCH
     # Flags of `Qwen3.assemble` that say the assembled text is a guess, not the returned text:
     # restored separators, arguments re-dumped by the server whose spacing as written is
