@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -278,7 +277,7 @@ def test_prefect_probes_then_pays_then_skips(prefect_server, tmp_path, good):
     run = dataset_run(config, "B1_glaive")
     stored = read_profile(run)[0]
     assert stored is not None
-    assert probe["traits"] == asdict(stored.traits())
+    assert probe["traits"] == stored.traits().to_dict()
     again, sent = requests_during(good, lambda: asyncio.run(
         dataset_flow(str(config), "B1_glaive")))
     assert (again["outcome"], sent) == ("skipped", 0)
