@@ -7,6 +7,7 @@ response into a `Completion`, and reconstruction turns a request plus a `Complet
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -67,28 +68,78 @@ class SourceReject:
     reason: str
 
 
+class TraitMap(Mapping[str, bool]):
+    """An immutable, hashable map of trait name -> what the probe found. Unknown findings are
+    left out: for a reader, absent and None mean the same (`get` gives None for both)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, found: Mapping[str, bool | None] | None = None) -> None:
+        self._items: tuple[tuple[str, bool], ...] = tuple(sorted(
+            (name, value) for name, value in (found or {}).items() if value is not None))
+
+    def __getitem__(self, name: str) -> bool:
+        for key, value in self._items:
+            if key == name:
+                return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return f"TraitMap({dict(self._items)!r})"
+
+
+# The family traits that were fields of `ProviderTraits` before families declared their own
+# (issue 22): every stored form writes them, null where a family has none, so probe profiles
+# and fingerprints written before stay byte-identical (and old profiles load). A family that
+# brings a new trait adds nothing here: its trait is written where the probe found it.
+STORED_FAMILY_TRAITS = ("strips_content_beside_calls", "spaces_around_added_tokens")
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderTraits:
-    """What a provider's parsers do to an answer, as learned by the probe (None: unknown)."""
+    """What a provider's parsers do to an answer, as learned by the probe (None: unknown).
 
-    renumbers_tool_ids: bool | None = None  # ids rebuilt as functions.{name}:{history+i}
-    deletes_no_content: bool | None = None  # "(no content)" deleted when calls exist
+    The named fields are what generic code reads for every format (reconstruct.py, the probe's
+    own findings); `family` holds the traits the format's family declares with its probe rules
+    (`models/probe_rules.py FamilyTrait`), read only by that family's format (`get`)."""
+
+    renumbers_tool_ids: bool | None = None  # ids rebuilt with the running count of history
+    deletes_no_content: bool | None = None  # the format's placeholder deleted beside calls
     splits_reasoning: bool | None = None  # reasoning returned separately from content
-    counts_stop_token: bool | None = None  # usage.completion_tokens includes <|im_end|>
-    # Without streaming, a tool section opened before `</think>` ends the reasoning and the
-    # calls come back parsed (SGLang with forced reasoning). False: such a section stays in the
-    # reasoning text (vLLM's parsers, docs/upstream-parsers.md), so parsed calls after a
-    # reasoning mean the model did close it. (Streamed, one vLLM parser ends it too.)
+    counts_stop_token: bool | None = None  # usage.completion_tokens includes the stop token
+    # Without streaming, a tool section opened before the reasoning's end ends the reasoning
+    # and the calls come back parsed (SGLang with forced reasoning). False: such a section
+    # stays in the reasoning text (vLLM's parsers, docs/upstream-parsers.md), so parsed calls
+    # after a reasoning mean the model did close it. (Streamed, one vLLM parser ends it too.)
     ends_reasoning_at_tools: bool | None = None
-    # The text before the tool calls comes back stripped of its whitespace (SGLang's qwen25
-    # detector, non-streamed); False: returned as written (vLLM's hermes). Qwen3 reads it.
-    strips_content_beside_calls: bool | None = None
-    # The server's detokenizer puts a space before every added token and before the first
-    # ordinary token after one (vLLM's default `spaces_between_special_tokens` with a slow
-    # tokenizer such as Kimi's, vllm-project/vllm#33457): reasoning and content begin with a
-    # space the model never wrote. A request that sent `spaces_between_special_tokens: false`
-    # to a server that honours it has none, whatever this says. K2.5 reads it.
-    spaces_around_added_tokens: bool | None = None
+    family: TraitMap = field(default_factory=TraitMap)
+
+    def get(self, name: str) -> bool | None:
+        """The family trait `name` (None: unknown, or not a trait of this family)."""
+        return self.family.get(name)
+
+    def to_dict(self) -> dict[str, bool | None]:
+        """The stored form (fingerprints, run summaries): the named fields, then the family
+        traits, those of `STORED_FAMILY_TRAITS` always."""
+        out: dict[str, bool | None] = {
+            "renumbers_tool_ids": self.renumbers_tool_ids,
+            "deletes_no_content": self.deletes_no_content,
+            "splits_reasoning": self.splits_reasoning,
+            "counts_stop_token": self.counts_stop_token,
+            "ends_reasoning_at_tools": self.ends_reasoning_at_tools,
+        }
+        out.update((name, self.family.get(name)) for name in STORED_FAMILY_TRAITS)
+        out.update(self.family)
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,7 +96,12 @@ def probe_command(
     from specregen.client.secrets import ApiKey
     from specregen.probe.model import save_profile
     from specregen.probe.run import ProbeFatalError, probe_endpoint
-    from specregen.probe.scenarios import ProbeSetupError, build_scenarios, glaive_probe_prompt
+    from specregen.probe.scenarios import (
+        ProbeSetupError,
+        build_scenarios,
+        glaive_probe_prompt,
+        rules_of,
+    )
 
     console = make_console(stderr=True)
 
@@ -140,7 +145,7 @@ def probe_command(
     try:
         fmt = _load_format(tokenizer, cfg.format_name)
         glaive = glaive_probe_prompt(glaive_source) if glaive_source else None
-        scenarios = build_scenarios(requests, glaive)
+        scenarios = build_scenarios(requests, glaive, rules=rules_of(cfg.format_name))
     except ProbeSetupError as exc:
         raise usage_error(str(exc)) from None
 

@@ -20,12 +20,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from specregen.models.chat_format import (
     ChatFormat,
-    ProbeRules,
     RealVllmSpec,
     ScriptedAnswer,
     ServedMessage,
 )
 from specregen.models.corpus import FidelityCorpus
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.tokenizer_base import Tokenizer
 
 # -- imports on call -----------------------------------------------------------------------------
@@ -218,6 +218,8 @@ class Family:
     tokenizer_env: str | None = None
     # Whether reconstruction reads what the endpoint probe finds (`ProviderTraits`).
     reads_provider_traits: bool = False
+    # What the probe needs to read its answers, and the traits the family brings with their
+    # vote rules (`ProbeRules.traits`, models/probe_rules.py).
     make_probe_rules: Callable[[], ProbeRules] | None = None
     # The emulator's side: the served side, the profile names it is served with (the first the
     # family's own vLLM), and the profiles it adds to the emulator's (names of the emulator's

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from specregen.errors import UsageError
-from specregen.models.chat_format import ChatFormat, ProbeRules, RealVllmSpec
+from specregen.models.chat_format import ChatFormat, RealVllmSpec
 from specregen.models.corpus import FidelityCorpus
 from specregen.models.family import Family, ProfileSpec, ServedSide
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.tokenizer_base import Tokenizer
 
 # The families, one line each: the module holding the family's `FAMILY` descriptor. The first

@@ -92,7 +92,7 @@ def gate_dataset(
         on_accept=on_accept,
         on_quarantine=on_quarantine,
         provider=None if run.traits is None else {
-            name: getattr(run.traits, name) for name in TRANSFORMATIONS},
+            name: run.traits.to_dict().get(name) for name in TRANSFORMATIONS},
         declarations=by_prompt(declarations),
     )
     run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")

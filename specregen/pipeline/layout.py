@@ -93,7 +93,7 @@ class DatasetRun:
                                self.config.format_name,
                                conversations=self.dataset.turns == "all"),
                            tokenizer_fingerprint(self.config.tokenizer),
-                           asdict(self.traits) if self.traits is not None else None,
+                           self.traits.to_dict() if self.traits is not None else None,
                            asdict(self.dataset.gate_config().tolerance))
 
     @cached_property

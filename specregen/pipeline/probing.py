@@ -26,18 +26,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from specregen.client.secrets import ApiKey
 from specregen.config import DatasetConfig
-from specregen.models.registry import reads_provider_traits
+from specregen.models.registry import probe_rules, reads_provider_traits
 from specregen.pipeline.layout import DatasetRun
 from specregen.probe.model import TOOL_MODES, ProfileError, ProviderProfile, profile_from_dict
 from specregen.probe.notes import finding_notes
 from specregen.probe.refusal import ProbeRefusal, require_recoverable_tool_calls
 from specregen.probe.run import probe_endpoint
-from specregen.probe.scenarios import build_scenarios, glaive_probe_prompt
+from specregen.probe.scenarios import build_scenarios, glaive_probe_prompt, rules_of
 from specregen.records import ProviderTraits
 from specregen.store.manifest import fingerprint
 
@@ -155,7 +155,7 @@ class ProbeOutcome:
 
 
 def _traits_dict(run: DatasetRun) -> dict[str, bool | None] | None:
-    return asdict(run.traits) if run.traits is not None else None
+    return run.traits.to_dict() if run.traits is not None else None
 
 
 def _lock(run: DatasetRun) -> threading.Lock:
@@ -219,7 +219,8 @@ def probe_endpoint_of(
     glaive = next((d for d in config.datasets if d.adapter == "glaive"), None)
     prompt = glaive_probe_prompt(glaive.source) if glaive else None
     return probe_endpoint(
-        config.endpoint, api_key, build_scenarios(requests, prompt),
+        config.endpoint, api_key,
+        build_scenarios(requests, prompt, rules=rules_of(config.endpoint.format_name)),
         tool_mode=run.dataset.tool_mode, fmt=run_format(run),
         tokenizer=config.tokenizer, glaive_source=glaive.source if glaive else None,
     )
@@ -259,7 +260,8 @@ def probe_markdown(outcome: ProbeOutcome) -> str:
             ok = p.tool_calls_recoverable_by_mode.get(mode)
             lines.append(f"| tool calls recoverable as {mode} | {'yes' if ok else 'NO'} |")
         lines += ["", "## Parser findings", ""]
-        lines += [f"- {note}" for note in finding_notes(p.findings)]
+        rules = probe_rules(run.config.format_name)
+        lines += [f"- {note}" for note in finding_notes(p.findings, rules)]
         lines += ["", "## Notes", ""] + [f"- {note}" for note in p.notes]
     lines += [f"- {note}" for note in outcome.notes if note]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,6 @@ reconstruction needs: `profile.traits()`), `scenarios` builds the questions, `ru
 
 from specregen.probe.classify import CallsFinding, classify_calls, observe, summarize
 from specregen.probe.model import (
-    Observation,
     ParserFindings,
     ProfileError,
     ProviderProfile,
@@ -32,7 +31,6 @@ from specregen.probe.traits import infer_findings
 
 __all__ = [
     "CallsFinding",
-    "Observation",
     "ParserFindings",
     "ProbeFatalError",
     "ProbeRefusal",

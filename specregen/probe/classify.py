@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from specregen.logprobs import ids_from_logprobs
-from specregen.models.chat_format import ChatFormat, FormatError, ProbeRules
-from specregen.probe.model import (
+from specregen.models.chat_format import ChatFormat, FormatError
+from specregen.models.probe_answer import (
     ArgumentsCheck,
     ArgumentsJson,
     CallsWhere,
@@ -41,10 +41,10 @@ from specregen.probe.model import (
     IdForm,
     Observation,
     ReasoningField,
-    ScenarioResult,
-    ToolMode,
     Whitespace,
 )
+from specregen.models.probe_rules import ProbeRules
+from specregen.probe.model import ScenarioResult, ToolMode
 from specregen.records import Completion, ToolCall
 from specregen.wire.response import ResponseError, normalize_response, thinking_from_request
 from specregen.wire.token_ids import server_completion_ids
@@ -373,7 +373,7 @@ def _count_raw(
             and obs.prompt_offset in (0, None) and obs.reference_match in (None, "exact")):
         # The format's assembly either restored its separators around this content (its flag
         # says so) or used it as returned: the provider's count then says which one the model
-        # wrote (probe/traits.py).
+        # wrote (the vote of the family trait that reads it).
         obs.bare_content_offset = obs.raw_completion_offset
         obs.bare_content_restored = restored_flag in assembled.flags
     obs.countable = (

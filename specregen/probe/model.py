@@ -12,110 +12,27 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from specregen.errors import UsageError
-from specregen.records import TOOL_MODES, ProviderTraits, ToolMode
+from specregen.models.probe_answer import (
+    ArgumentsCheck,
+    ArgumentsJson,
+    CallsWhere,
+    IdForm,
+    Observation,
+    ReasoningField,
+    Whitespace,
+)
+from specregen.records import STORED_FAMILY_TRAITS, TOOL_MODES, ProviderTraits, ToolMode, TraitMap
 
 PROFILE_KIND = "specregen.provider_profile"
 # 2: the parser findings reconstruction needs (`findings`), history and plain scenarios, cost.
 PROFILE_VERSION = 2
 
-CallsWhere = Literal["structured", "raw_content", "raw_reasoning", "stripped", "none"]
-ReasoningField = Literal["reasoning", "reasoning_content", "reasoning_details", "none"]
-# The form of the call ids: the format's own (`ProbeRules.id_form`, e.g. K2.5's
-# "functions.NAME:IDX", as stored in profiles), "other" or "none".
-IdForm = str
-# How the `arguments` strings relate to what the model wrote.
-ArgumentsCheck = Literal["verbatim", "trimmed", "reserialized", "changed", "unknown", "none"]
-ArgumentsJson = Literal["valid", "invalid", "none"]
-Whitespace = Literal["kept", "lost", "unknown", "none"]
-# The returned content: absent/null, "" or blank, exactly the `(no content)` placeholder, text.
-ContentKind = Literal["none", "empty", "placeholder", "text"]
-
 
 class ProfileError(UsageError, ValueError):
     """A provider-profile file that cannot be read or is not a profile."""
-
-
-@dataclass(slots=True)
-class Observation:
-    """One probe request and what came back."""
-
-    index: int
-    ok: bool
-    http_status: int | None = None
-    error: str | None = None
-    calls_where: CallsWhere | None = None  # None: the request failed
-    tool_calls: int = 0
-    # The raw marker section parses (None when there is no raw section).
-    raw_section_parsed: bool | None = None
-    reasoning_field: ReasoningField = "none"
-    reasoning_chars: int = 0
-    id_form: IdForm = "none"
-    id_example: str | None = None
-    arguments_json: ArgumentsJson = "none"
-    arguments: ArgumentsCheck = "none"
-    whitespace: Whitespace = "none"
-    finish_reason: str | None = None
-    native_finish_reason: str | None = None
-    provider: str | None = None
-    latency_s: float = 0.0
-    usage_prompt_tokens: int | None = None
-    usage_completion_tokens: int | None = None
-    our_prompt_tokens: int | None = None
-    our_completion_tokens: int | None = None
-    # usage minus ours: positive when the provider counted more tokens than we rebuild.
-    prompt_offset: int | None = None
-    completion_offset: int | None = None
-    reference_match: str | None = None  # when the server returned the completion's token ids
-    reconstruct_flags: list[str] = field(default_factory=list)
-    # What the parser findings are read from (see probe/traits.py).
-    thinking: bool | None = None  # what the request asked; None: the server default
-    content_kind: ContentKind = "none"
-    history_tool_calls: int = 0  # earlier calls in the request's conversation
-    returned_indices: list[int | None] = field(default_factory=list)  # IDX of each returned id
-    written_indices: list[int | None] | None = None  # IDX the model wrote (from its token ids)
-    wrote_placeholder: bool | None = None  # the model wrote `(no content)` (from its token ids)
-    placeholder_tokens: int | None = None  # what the format's placeholder costs in tokens
-    think_end_in_content: bool = False  # a literal `</think>` in content: reasoning unsplit
-    tools_sent: bool = False  # the request had `tools`: the server's tool parser ran
-    # The model opened its tool section before writing `</think>` (from its token ids).
-    section_in_think: bool | None = None
-    # usage minus the returned fields assembled as they are (no correction of any kind).
-    raw_completion_offset: int | None = None
-    # Content returned beside structured calls, when not blank: "padded" (whitespace at an
-    # end, which a stripping parser would have removed) or "bare" (none).
-    content_beside_calls: Literal["padded", "bare"] | None = None
-    # From the model's token ids, where its content before the calls has whitespace at an
-    # end: True when the returned content is that text, False when it is that text stripped.
-    content_as_written: bool | None = None
-    # A bare content beside calls: usage minus the fields as the format assembles them, and
-    # whether that assembly restored separators around the content (a format's probe rules
-    # name the flag that says so: `restored_separators_flag`). The count then tells whether
-    # the model wrote them.
-    bare_content_offset: int | None = None
-    bare_content_restored: bool | None = None
-    # The returned reasoning and content (each when not blank) all begin with a space: "all",
-    # or "not_all"; None when neither came back. A server that puts spaces around added tokens
-    # starts both with one (they follow `<think>` / `</think>`); a model rarely starts both so.
-    leading_spaces: Literal["all", "not_all"] | None = None
-    # From the model's token ids: the returned reasoning is what it wrote with a space put
-    # before it (True), or as written (False).
-    spaces_by_ids: bool | None = None
-    # `raw_completion_offset` of the fields with the inserted spaces taken out (the format's
-    # probe rules say how), where they could have been inserted: the count to read when the
-    # probe finds that the server inserts them.
-    despaced_completion_offset: int | None = None
-    # The answer's logprobs: "all" (they name every generated token), "partial" (some entries
-    # cannot be read as tokens, or fewer entries than tokens), "none" (not returned); None
-    # without a tokenizer to read them with. `logprobs_why` says what was missing.
-    logprobs_coverage: Literal["all", "partial", "none"] | None = None
-    logprobs_why: str | None = None
-    # The answer as returned is a clean base for counting: no flag that changes what is counted.
-    countable: bool = False
-    attempts: int = 0  # requests sent for it, retries included
-    cost_usd: float = 0.0
 
 
 @dataclass(slots=True)
@@ -160,17 +77,43 @@ class ParserFindings:
     counts_stop_token: bool | None = None
     ends_reasoning_at_tools: bool | None = None  # a section opened in thinking ends it, parsed
     forces_reasoning: bool | None = None  # reasoning returned although thinking was off
-    # The text before the calls comes back stripped of its whitespace (SGLang's qwen25
-    # detector); examined only for formats whose probe rules list it (`extra_findings`).
-    strips_content_beside_calls: bool | None = None
-    # A space before every added token and before the first text after one, from the server's
-    # detokenizer (vLLM's default with a slow tokenizer); examined only for formats whose probe
-    # rules list it (`extra_findings`).
-    spaces_around_added_tokens: bool | None = None
+    # The traits the format's family declares with its probe rules (`FamilyTrait`), by name:
+    # examined only for that family, read only by its format.
+    family: dict[str, bool | None] = field(default_factory=dict)
     # Logprobs come back (the `logprobs` scenario) naming every generated token: the run asks
     # for them, and they prove the rebuilt ids. For people and the run, not a parser trait.
     returns_logprobs: bool | None = None
     evidence: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form: the family's traits stand among the others, where the closed set
+        had them (`STORED_FAMILY_TRAITS` always), so profiles stay as they were written."""
+        out: dict[str, Any] = {}
+        for name, value in asdict(self).items():
+            if name != "family":
+                out[name] = value
+                continue
+            out.update((trait, self.family.get(trait)) for trait in STORED_FAMILY_TRAITS)
+            out.update(self.family)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> ParserFindings:
+        """Read back `to_dict`'s form: a key that is no field is a family trait."""
+        if not isinstance(data, dict):
+            raise ProfileError(f"{where} is not an object")
+        known = {f.name for f in dataclasses.fields(cls)} - {"family"}
+        evidence = data.get("evidence")
+        examined = evidence if isinstance(evidence, dict) else {}
+        # A stored trait the family does not have was written as a null, unexamined.
+        family = {k: v for k, v in data.items() if k not in known
+                  and not (k in STORED_FAMILY_TRAITS and v is None and k not in examined)}
+        findings = cls(**{k: v for k, v in data.items() if k in known}, family=family)
+        for name, value in [*((n, getattr(findings, n)) for n in sorted(known - {"evidence"})),
+                            *findings.family.items()]:
+            if value not in (True, False, None):
+                raise ProfileError(f"{where}.{name} must be true, false or null")
+        return findings
 
 
 @dataclass(slots=True)
@@ -213,12 +156,13 @@ class ProviderProfile:
             splits_reasoning=f.splits_reasoning,
             counts_stop_token=f.counts_stop_token,
             ends_reasoning_at_tools=f.ends_reasoning_at_tools,
-            strips_content_beside_calls=f.strips_content_beside_calls,
-            spaces_around_added_tokens=f.spaces_around_added_tokens,
+            family=TraitMap(f.family),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["findings"] = self.findings.to_dict()
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
@@ -263,13 +207,7 @@ def profile_from_dict(data: Any, *, where: str = "profile") -> ProviderProfile:
         obs = [_build(Observation, o, f"{at}.observations[{j}]")
                for j, o in enumerate(_list(raw, "observations", at))]
         scenarios.append(_build(ScenarioResult, {**raw, "observations": obs}, at))
-    findings = _build(ParserFindings, data.get("findings", {}), f"{where}: findings")
-    for name in ("renumbers_tool_ids", "deletes_no_content", "splits_reasoning",
-                 "counts_stop_token", "ends_reasoning_at_tools", "forces_reasoning",
-                 "strips_content_beside_calls", "spaces_around_added_tokens",
-                 "returns_logprobs"):
-        if getattr(findings, name) not in (True, False, None):
-            raise ProfileError(f"{where}: findings.{name} must be true, false or null")
+    findings = ParserFindings.from_dict(data.get("findings", {}), f"{where}: findings")
     profile = _build(ProviderProfile, {**data, "scenarios": scenarios, "findings": findings},
                      where)
     by_mode = profile.tool_calls_recoverable_by_mode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specregen.models.chat_format import ProbeRules
+from specregen.models.probe_rules import ProbeRules
 from specregen.probe.classify import RAW_WHERE, mode_scenarios
 from specregen.probe.model import ParserFindings, ScenarioResult
 
@@ -43,7 +43,8 @@ WHERE_MEANING = {
     "raw_content": "raw_content: the markers stay in content (no tool parsing without `tools`,"
                    " or none at all); reconstruction rebuilds the calls from that text",
     "raw_reasoning": "raw_reasoning: calls inside the reasoning make reconstruction flag the"
-                     " samples (tool_calls_in_reasoning: whether </think> was written is unknown)",
+                     " samples (tool_calls_in_reasoning: whether the reasoning's end was written is"
+                     " unknown)",
     "stripped": "stripped: a tool_calls finish or call-like text, but no structured calls and no"
                 " markers; those calls cannot be rebuilt",
     "none": "none: some answers made no tool call although the prompt asked for one",
@@ -147,39 +148,32 @@ def _join(values: Sequence[int]) -> str:
     return ", ".join(f"{v:+d}" for v in values)
 
 
+# The probe's own findings, in the order of their lines; the traits a family declares
+# (`ProbeRules.traits`) bring their own words.
 FINDING_WORDS = {
-    "renumbers_tool_ids": ("rebuilds tool-call ids as functions.NAME:{earlier calls + index}",
+    "renumbers_tool_ids": ("rebuilds tool-call ids with the running count of earlier calls",
                            "returns tool-call ids as the model wrote them"),
-    "deletes_no_content": ("deletes the placeholder content `(no content)` beside tool calls",
-                           "keeps the placeholder content `(no content)`"),
+    "deletes_no_content": ("deletes the placeholder content beside tool calls",
+                           "keeps the placeholder content"),
     "splits_reasoning": ("returns reasoning in its own field",
-                         "returns the output unsplit: reasoning and `</think>` stay in content"),
-    "counts_stop_token": ("counts <|im_end|> in usage.completion_tokens",
-                          "does not count <|im_end|> in usage.completion_tokens"),
+                         "returns the output unsplit: reasoning and its end stay in content"),
+    "counts_stop_token": ("counts the stop token in usage.completion_tokens",
+                          "does not count the stop token in usage.completion_tokens"),
     "ends_reasoning_at_tools": ("ends the reasoning where a tool section opens inside it, and"
                                 " parses the calls",
                                 "leaves a tool section opened inside the thinking in the"
                                 " reasoning text"),
     "forces_reasoning": ("treats the output as reasoning even with thinking off",
                          "honours thinking off"),
-    "strips_content_beside_calls": ("strips the whitespace around the text before tool calls",
-                                    "returns the text before tool calls as written"),
     "returns_logprobs": ("returns logprobs naming every generated token (the run asks for them:"
                          " evidence `logprobs`)",
                          "returns no logprobs (or refuses them)"),
-    "spaces_around_added_tokens": ("puts a space before every added token and before the text"
-                                   " after one (reasoning and content begin with a space the"
-                                   " model never wrote)",
-                                   "returns the text without spaces around added tokens"),
 }
-# Findings a format examines only on request (probe/traits.py `EXTRA_FINDINGS`): a line only
-# when examined, so a profile of another format reads as before.
-_ON_REQUEST = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
 def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
-    """`FINDING_WORDS` in the format's terms (`rules`: its probe rules; None: K2.5's words): its
-    id form, its placeholder, its stop token (the rules' optional `stop_token`)."""
+    """`FINDING_WORDS` in the format's terms (`rules`: its probe rules; None: no format's): its
+    id form, its placeholder, its reasoning end, its stop token."""
     if rules is None:
         return FINDING_WORDS
     words = dict(FINDING_WORDS)
@@ -192,21 +186,31 @@ def finding_words(rules: ProbeRules | None) -> dict[str, tuple[str, str]]:
         words["deletes_no_content"] = (
             f"deletes the placeholder content `{rules.placeholder}` beside tool calls",
             f"keeps the placeholder content `{rules.placeholder}`")
-    stop = getattr(rules, "stop_token", None)
-    if isinstance(stop, str):
-        words["counts_stop_token"] = (f"counts {stop} in usage.completion_tokens",
-                                      f"does not count {stop} in usage.completion_tokens")
+    words["splits_reasoning"] = (words["splits_reasoning"][0],
+                                 "returns the output unsplit: reasoning and"
+                                 f" `{rules.reasoning_end}` stay in content")
+    stop = rules.stop_token
+    words["counts_stop_token"] = (f"counts {stop} in usage.completion_tokens",
+                                  f"does not count {stop} in usage.completion_tokens")
     return words
 
 
 def finding_notes(findings: ParserFindings, rules: ProbeRules | None = None) -> list[str]:
     """One line per parser finding: what it is, and what the answers showed (`rules`: the
-    format's probe rules, for its words)."""
-    out = []
+    format's probe rules, for its words and its family's traits). A family trait's line
+    follows the parsers' findings; one that changes the counts (`recount`: what the server
+    adds to the text, not how it parses it) comes after the logprobs'."""
+    declared = rules.traits if rules is not None else ()
+    parsers = [(t.name, t.when_true, t.when_false) for t in declared if t.recount is None]
+    added = [(t.name, t.when_true, t.when_false) for t in declared if t.recount is not None]
+    lines: list[tuple[str, str, str, bool | None]] = []
     for name, (yes, no) in finding_words(rules).items():
-        if name in _ON_REQUEST and name not in findings.evidence:
-            continue
-        value = getattr(findings, name)
+        if name == "returns_logprobs":
+            lines += [(n, y, f, findings.family.get(n)) for n, y, f in parsers]
+        lines.append((name, yes, no, getattr(findings, name)))
+    lines += [(n, y, f, findings.family.get(n)) for n, y, f in added]
+    out = []
+    for name, yes, no, value in lines:
         what = yes if value is True else no if value is False else "unknown"
         out.append(f"{name}: {what} ({findings.evidence.get(name, 'no evidence')})")
     return out

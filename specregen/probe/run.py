@@ -26,6 +26,7 @@ from specregen.client.secrets import ApiKey, scrub_text
 from specregen.client.transport import AttemptResult, send
 from specregen.errors import EXIT_AUTH, EXIT_USAGE, SpecregenError
 from specregen.models.chat_format import ChatFormat
+from specregen.models.probe_answer import Observation
 from specregen.models.registry import probe_rules
 from specregen.probe.classify import (
     failed_observation,
@@ -34,9 +35,9 @@ from specregen.probe.classify import (
     recoverable_by_mode,
     summarize,
 )
-from specregen.probe.model import Observation, ProviderProfile, ScenarioResult, ToolMode
+from specregen.probe.model import ProviderProfile, ScenarioResult, ToolMode
 from specregen.probe.notes import profile_notes
-from specregen.probe.scenarios import ProbeSetupError, Scenario
+from specregen.probe.scenarios import Scenario, rules_of
 from specregen.probe.traits import infer_findings
 
 # A probe is a quick look: a few retries on 429/5xx, not a paid run's patience.
@@ -103,11 +104,7 @@ async def run_scenarios(
     The endpoint's format (`cfg.format_name`) must have probe rules (ProbeSetupError if not):
     they say how its answers are read; `fmt` (the format over a tokenizer) adds token counts.
     """
-    rules = probe_rules(cfg.format_name)
-    if rules is None:
-        raise ProbeSetupError(
-            f"the {cfg.format_name} format has no endpoint probe: its reconstruction reads no"
-            " provider traits, so there is nothing to probe (leave `probe` off for it)")
+    rules = rules_of(cfg.format_name)
     shared = _Shared(stop=asyncio.Event())
     jobs: list[tuple[int, int, EndpointConfig, dict[str, Any]]] = []
     for s_index, scenario in enumerate(scenarios):

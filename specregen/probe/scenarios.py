@@ -6,8 +6,9 @@
 * `glaive`: a real B1_glaive prompt whose reference answer is a tool call (with
   `--glaive-source`), sent in system-prompt mode;
 * `thinking_on` / `thinking_off`: the `tools` question with the dialect's thinking switch set;
-* `history`: the `tools` question after an earlier turn with two calls and their results, so a
-  server that renumbers ids (`functions.{name}:{history_count + i}`) shows it;
+* `history`: the `tools` question after an earlier turn with two calls and their results (their
+  ids in the family's form, `ProbeRules.history_call_id`), so a server that renumbers ids
+  carrying a running count (`{history_count + i}`) shows it;
 * `plain`: a question without tools, whose answer is a clean base for counting tokens;
 * `logprobs`: plain questions asking for logprobs: whether they come back, covering what.
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.errors import UsageError
+from specregen.models.probe_rules import ProbeRules
 from specregen.probe.model import ToolMode
 from specregen.records import Prompt
 from specregen.sources.glaive import FUNCTIONS_LEAD_IN, TOOLS_SYSTEM
@@ -65,6 +67,19 @@ class Scenario:
         return self.tool_mode == "tools" and any(p.tools for p in self.prompts)
 
 
+def rules_of(format_name: str) -> ProbeRules:
+    """The probe rules of format `format_name`: how its answers are read, the ids its history
+    carries. A format without them reads no provider traits (ProbeSetupError)."""
+    from specregen.models.registry import probe_rules
+
+    rules = probe_rules(format_name)
+    if rules is None:
+        raise ProbeSetupError(
+            f"the {format_name} format has no endpoint probe: its reconstruction reads no"
+            " provider traits, so there is nothing to probe (leave `probe` off for it)")
+    return rules
+
+
 def weather_question(city: str) -> str:
     return f"What's the weather in {city} right now? Use the tool."
 
@@ -106,10 +121,12 @@ PLAIN_QUESTIONS = ("In one sentence, what is a prime number?",
                    "In one sentence, what is a vaccine?")
 
 
-def history_messages(city: str) -> list[dict[str, Any]]:
-    """A finished turn with two calls and their results, then the weather question for `city`."""
-    calls = [{"id": f"functions.get_weather:{i}", "type": "function",
-              "function": {"name": "get_weather", "arguments": json.dumps({"city": c})}}
+def history_messages(city: str, rules: ProbeRules) -> list[dict[str, Any]]:
+    """A finished turn with two calls and their results, then the weather question for `city`;
+    the calls carry ids of the form the format's servers give them (`rules`)."""
+    name = WEATHER_TOOL["function"]["name"]
+    calls = [{"id": rules.history_call_id(name, i), "type": "function",
+              "function": {"name": name, "arguments": json.dumps({"city": c})}}
              for i, c in enumerate(HISTORY_CITIES)]
     results = [{"role": "tool", "tool_call_id": call["id"],
                 "content": json.dumps({"city": c, "temperature_c": 20 + i, "sky": "clear"})}
@@ -125,8 +142,9 @@ def history_messages(city: str) -> list[dict[str, Any]]:
     ]
 
 
-def _history_prompts(requests: int) -> tuple[Prompt, ...]:
-    return tuple(Prompt(sample_id=f"probe-history-{i}", messages=history_messages(CITIES[i]),
+def _history_prompts(requests: int, rules: ProbeRules) -> tuple[Prompt, ...]:
+    return tuple(Prompt(sample_id=f"probe-history-{i}",
+                        messages=history_messages(CITIES[i], rules),
                         tools=[WEATHER_TOOL], tool_mode="tools")
                  for i in range(requests))
 
@@ -140,7 +158,10 @@ def _plain_prompts(requests: int, name: str = "plain") -> tuple[Prompt, ...]:
                  for i in range(requests))
 
 
-def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[Scenario]:
+def build_scenarios(requests: int, glaive_prompt: Prompt | None = None, *,
+                    rules: ProbeRules) -> list[Scenario]:
+    """The probe's questions, `requests` of each; `rules`: the format's probe rules (the
+    history's call ids)."""
     if not 1 <= requests <= MAX_REQUESTS:
         raise ProbeSetupError(f"requests per scenario must be between 1 and {MAX_REQUESTS}")
     scenarios = [
@@ -162,7 +183,7 @@ def build_scenarios(requests: int, glaive_prompt: Prompt | None = None) -> list[
         scenarios.append(Scenario(name, f"get_weather in `tools`, thinking {name[9:]}",
                                   "tools", value, _weather_prompts(name, "tools", requests)))
     scenarios.append(Scenario("history", "get_weather in `tools` after a turn with two calls",
-                              "tools", None, _history_prompts(requests)))
+                              "tools", None, _history_prompts(requests, rules)))
     scenarios.append(Scenario("plain", "a short question without tools", "tools", None,
                               _plain_prompts(requests)))
     scenarios.append(Scenario("logprobs", "a short question without tools, with logprobs",

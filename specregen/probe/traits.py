@@ -40,36 +40,16 @@ and the shape of the returned fields do, where only one reading explains them.
   then it stays unknown.
 * `forces_reasoning`: thinking off, reasoning text returned votes true (a parser that treats
   the output as reasoning whatever the request said); content without reasoning votes false.
-* `strips_content_beside_calls` (examined only when the format's probe rules list it in their
-  optional `extra_findings`: a format whose reconstruction must know whether to restore the
-  whitespace around the text before its calls): content beside structured calls with
-  whitespace at an end votes false (a stripping parser leaves none); the model's ids settle
-  it where they show whitespace at an end of what it wrote there (returned as written: false,
-  stripped: true); without them, a bare content (no whitespace at either end) counts: where
-  the format's assembly restored its separators around it (the rules'
-  `restored_separators_flag` among its flags), usage equal to our count (after the stop token
-  rule) votes true and usage below it votes false (we would add separators the model never
-  wrote); where the assembly used it as returned (a stream), an equal count votes false.
-  Whitespace-only content dropped or emptied says nothing: both kinds of parser do it.
-
 * `returns_logprobs` (not a trait: it tells the run to ask for them): the `logprobs` scenario's
   answers carry logprobs that name every generated token (read with the format's tokenizer,
   specregen/logprobs.py) votes true; none returned, or the request refused, votes false;
   logprobs that leave tokens out or cannot name some (a provider that drops special tokens, a
   token cut inside a character sent as U+FFFD) leave it unknown, saying which.
-* `spaces_around_added_tokens` (examined only when the format's probe rules list it: a format
-  served with a slow tokenizer, K2.5): the server's detokenizer puts a space before every added
-  token and before the first text after one (vLLM's default `spaces_between_special_tokens`,
-  vllm-project/vllm#33457), so the reasoning (after the prompt's `<think>`) and the content
-  (after `</think>`) both begin with one. The model's ids settle it: the returned reasoning is
-  a space plus what it wrote (true) or what it wrote (false). Without them, an answer whose
-  reasoning and content (each when not blank) all begin with a space votes true, one with a
-  field that does not votes false; true needs two such answers (one could be the model's
-  own spaces) and no contrary one. The probe sends its requests as the run does: to vLLM and
-  SGLang the run sends `spaces_between_special_tokens: false`, so there it finds false unless
-  the server ignores the option; `specregen probe --server-defaults` asks without it. Where
-  it is true, the count findings below read each answer's fields with the spaces taken out
-  (`without_inserted_spaces`, the format's rule): the spaces are not the model's tokens.
+* the traits the format's family declares (`ProbeRules.traits`, models/probe_rules.py
+  `FamilyTrait`; K2.5's `spaces_around_added_tokens`, Qwen3's `strips_content_beside_calls`:
+  their rules are in their families' probe.py) are voted with the family's own rules: one that
+  changes what the answers' counts are (`recount`) first, and where found true the count
+  findings above read each answer's `recount`; the others last, with `counts_stop_token` known.
 
 A format whose call ids carry no running count (`ProbeRules.id_index` is always None: ids the
 server makes) gives `renumbers_tool_ids` no vote, and says so; a format without a placeholder
@@ -81,31 +61,33 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from specregen.models.chat_format import ProbeRules
-from specregen.probe.model import Observation, ParserFindings, ScenarioResult
+from specregen.models.probe_answer import Observation
+from specregen.models.probe_rules import ProbeRules, TraitVotes, Verdict, vote
+from specregen.probe.model import ParserFindings, ScenarioResult
 
 HISTORY_SCENARIO = "history"
 LOGPROBS_SCENARIO = "logprobs"
-# Findings a format examines only when its probe rules list them (`extra_findings`).
-EXTRA_FINDINGS = frozenset({"strips_content_beside_calls", "spaces_around_added_tokens"})
 
 
 def infer_findings(
     scenarios: Sequence[ScenarioResult], rules: ProbeRules | None = None
 ) -> ParserFindings:
     """The findings from the scenarios' answers; `rules` (the format's probe rules) add the
-    findings they list in `extra_findings`."""
+    traits its family declares."""
     answered = [o for s in scenarios for o in s.observations if o.ok]
     findings = ParserFindings()
     evidence = findings.evidence
-    extra: frozenset[str] = getattr(rules, "extra_findings", frozenset()) & EXTRA_FINDINGS
-    if "spaces_around_added_tokens" in extra:
-        findings.spaces_around_added_tokens, evidence["spaces_around_added_tokens"] = (
-            _spaces(answered))
-        if findings.spaces_around_added_tokens:
-            # The counts are the model's text without the server's spaces.
-            answered = [replace(o, raw_completion_offset=o.despaced_completion_offset)
-                        if o.despaced_completion_offset is not None else o for o in answered]
+    declared = rules.traits if rules is not None else ()
+    for trait in declared:
+        if trait.recount is None:
+            continue
+        found, evidence[trait.name] = trait.vote(TraitVotes(answered, counts_stop_token=None))
+        findings.family[trait.name] = found
+        if found:
+            # The counts are the model's text without what the server added.
+            recount = trait.recount
+            answered = [replace(o, raw_completion_offset=count)
+                        if (count := recount(o)) is not None else o for o in answered]
     findings.counts_stop_token, evidence["counts_stop_token"] = _stop_token(answered)
     if rules is not None and not rules.placeholder:
         findings.deletes_no_content, evidence["deletes_no_content"] = None, (
@@ -116,18 +98,20 @@ def infer_findings(
     history = [o for s in scenarios if s.name == HISTORY_SCENARIO for o in s.observations
                if o.ok]
     findings.renumbers_tool_ids, evidence["renumbers_tool_ids"] = _renumbering(history)
-    findings.splits_reasoning, evidence["splits_reasoning"] = _split(answered)
+    end = rules.reasoning_end if rules is not None else "reasoning end"
+    findings.splits_reasoning, evidence["splits_reasoning"] = _split(answered, end)
     findings.ends_reasoning_at_tools, evidence["ends_reasoning_at_tools"] = _ends_at_tools(
         answered, findings.counts_stop_token)
     findings.forces_reasoning, evidence["forces_reasoning"] = _forced(answered)
-    if "strips_content_beside_calls" in extra:
-        findings.strips_content_beside_calls, evidence["strips_content_beside_calls"] = (
-            _stripping(answered, findings.counts_stop_token))
+    for trait in declared:
+        if trait.recount is None:
+            findings.family[trait.name], evidence[trait.name] = trait.vote(
+                TraitVotes(answered, findings.counts_stop_token))
     findings.returns_logprobs, evidence["returns_logprobs"] = _logprobs(scenarios)
     return findings
 
 
-def _logprobs(scenarios: Sequence[ScenarioResult]) -> tuple[bool | None, str]:
+def _logprobs(scenarios: Sequence[ScenarioResult]) -> Verdict:
     asked = [o for s in scenarios for o in s.observations
              if o.logprobs_coverage is not None or (s.name == LOGPROBS_SCENARIO and not o.ok)]
     if not asked:
@@ -139,32 +123,10 @@ def _logprobs(scenarios: Sequence[ScenarioResult]) -> tuple[bool | None, str]:
             f" not returned or refused {refused}")
     if partial:
         return None, f"{seen} ({partial[0].logprobs_why})"
-    return _vote(whole, refused, seen, "")
+    return vote(whole, refused, seen, "")
 
 
-def _spaces(answered: Sequence[Observation]) -> tuple[bool | None, str]:
-    by_ids_true = sum(1 for o in answered if o.spaces_by_ids is True)
-    by_ids_false = sum(1 for o in answered if o.spaces_by_ids is False)
-    if by_ids_true or by_ids_false:
-        seen = (f"by the model's ids: reasoning returned with a space put before it"
-                f" {by_ids_true}, as written {by_ids_false}")
-        return _vote(by_ids_true, by_ids_false, seen, "")
-    spaced = sum(1 for o in answered if o.leading_spaces == "all")
-    plain = sum(1 for o in answered if o.leading_spaces == "not_all")
-    seen = (f"answers whose reasoning and content all begin with a space {spaced}, others"
-            f" {plain}")
-    if spaced and plain:
-        return None, seen + " (contradictory)"
-    if plain:
-        return False, seen
-    if spaced >= 2:
-        # One answer could be the model's own leading spaces; two in a row are the server's.
-        return True, seen
-    return None, seen + (" (one answer is not enough)" if spaced else
-                         " (no reasoning or content came back)")
-
-
-def _stop_token(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+def _stop_token(answered: Iterable[Observation]) -> Verdict:
     # Calls beside empty content are left out: a deleted placeholder (+n) or a section opened
     # inside the thinking (-1, our `</think>`) moves their count.
     offsets = [o.raw_completion_offset for o in answered
@@ -184,7 +146,7 @@ def _stop_token(answered: Iterable[Observation]) -> tuple[bool | None, str]:
 
 def _placeholder(
     answered: Sequence[Observation], counts_stop_token: bool | None
-) -> tuple[bool | None, str]:
+) -> Verdict:
     kept = sum(1 for o in answered if o.tool_calls and o.content_kind == "placeholder")
     by_ids = sum(1 for o in answered
                  if o.tool_calls and o.wrote_placeholder and o.content_kind != "placeholder")
@@ -202,10 +164,10 @@ def _placeholder(
     deleted = by_ids + by_count
     seen = (f"placeholder returned beside calls: {kept}; deleted, by the model's ids: {by_ids},"
             f" by usage exceeding our count by its tokens: {by_count}")
-    return _vote(deleted, kept, seen, "the model never wrote it, or nothing could tell")
+    return vote(deleted, kept, seen, "the model never wrote it, or nothing could tell")
 
 
-def _renumbering(history: Sequence[Observation]) -> tuple[bool | None, str]:
+def _renumbering(history: Sequence[Observation]) -> Verdict:
     true = false = 0
     for o in history:
         h = o.history_tool_calls
@@ -236,18 +198,18 @@ def _renumbering(history: Sequence[Observation]) -> tuple[bool | None, str]:
     return None, seen + " (no call came back in the history scenario)"
 
 
-def _split(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+def _split(answered: Iterable[Observation], end: str) -> Verdict:
     on = [o for o in answered if o.thinking is not False]
     split = sum(1 for o in on if o.reasoning_chars > 0)
     unsplit = sum(1 for o in on if o.reasoning_chars == 0 and o.think_end_in_content)
     seen = (f"thinking on: reasoning in its own field {split}, whole output in content with"
-            f" a literal </think> {unsplit}")
-    return _vote(split, unsplit, seen, "no reasoning came back at all")
+            f" a literal {end} {unsplit}")
+    return vote(split, unsplit, seen, "no reasoning came back at all")
 
 
 def _ends_at_tools(
     answered: Sequence[Observation], counts_stop_token: bool | None
-) -> tuple[bool | None, str]:
+) -> Verdict:
     on = [o for o in answered if o.tools_sent and o.thinking is not False]
     kept = sum(1 for o in on if o.calls_where == "raw_reasoning")
     by_ids = sum(1 for o in on if o.calls_where == "structured" and o.section_in_think)
@@ -263,10 +225,10 @@ def _ends_at_tools(
     ended = by_ids + by_count
     seen = (f"tool section opened inside the thinking: left in the reasoning {kept}; ended it"
             f" and parsed, by the model's ids {by_ids}, by a count one short {by_count}")
-    return _vote(ended, kept, seen, "the model closed its thinking first every time")
+    return vote(ended, kept, seen, "the model closed its thinking first every time")
 
 
-def _forced(answered: Iterable[Observation]) -> tuple[bool | None, str]:
+def _forced(answered: Iterable[Observation]) -> Verdict:
     off = [o for o in answered if o.thinking is False]
     forced = sum(1 for o in off if o.reasoning_chars > 0)
     plain = sum(1 for o in off if o.reasoning_chars == 0
@@ -277,45 +239,3 @@ def _forced(answered: Iterable[Observation]) -> tuple[bool | None, str]:
     if plain:
         return False, seen
     return None, seen + " (no thinking-off answer)"
-
-
-def _stripping(
-    answered: Sequence[Observation], counts_stop_token: bool | None
-) -> tuple[bool | None, str]:
-    padded = sum(1 for o in answered
-                 if o.content_beside_calls == "padded" and o.content_as_written is None)
-    kept_by_ids = sum(1 for o in answered if o.content_as_written is True)
-    stripped_by_ids = sum(1 for o in answered if o.content_as_written is False)
-    count_true = count_false = 0
-    if counts_stop_token is not None:
-        base = 0 if counts_stop_token else -1
-        for o in answered:
-            if o.bare_content_offset is None or o.content_as_written is not None:
-                continue
-            d = o.bare_content_offset - base
-            if o.bare_content_restored:
-                # Separators restored: counted by the provider -> written and stripped; our
-                # count above the provider's -> we added what the model never wrote.
-                count_true += d == 0
-                count_false += d < 0
-            else:
-                # Used as returned (e.g. a stream, which no parser strips) and counted
-                # exactly: the model wrote it so. A surplus may be any loss: no vote.
-                count_false += d == 0
-    stripped = stripped_by_ids + count_true
-    kept = padded + kept_by_ids + count_false
-    seen = (f"content beside calls with whitespace at an end {padded}; by the model's ids"
-            f" returned as written {kept_by_ids}, stripped {stripped_by_ids}; bare content"
-            f" whose usage counts the restored separators {count_true}, shows it was written"
-            f" bare {count_false}")
-    return _vote(stripped, kept, seen, "no text came back beside a call")
-
-
-def _vote(yes: int, no: int, seen: str, unknown: str) -> tuple[bool | None, str]:
-    """A finding from its votes: True or False when they agree, None (saying why, after what
-    was seen) when they disagree or there are none."""
-    if yes and no:
-        return None, seen + " (contradictory)"
-    if yes or no:
-        return bool(yes), seen
-    return None, f"{seen} ({unknown})"

@@ -388,7 +388,7 @@ def probe_profile(server: VllmServer, fmt: ChatFormat, variant: str, requests: i
     emulator's model decides what it writes)."""
     from specregen.client.config import EndpointConfig
     from specregen.probe.run import probe_endpoint
-    from specregen.probe.scenarios import build_scenarios
+    from specregen.probe.scenarios import build_scenarios, rules_of
     from specregen.realserver.proxy import ScriptingProxy
 
     front = ScriptingProxy.for_server(server, fmt.tok, tool_call_rate=1.0)
@@ -398,7 +398,8 @@ def probe_profile(server: VllmServer, fmt: ChatFormat, variant: str, requests: i
             "base_url": running.url, "model": server.spec.served_model_name,
             "dialect": "vllm", "format": server.spec.format_name, "stream": False,
             "text_as_written": variant == "client"})
-        profile = probe_endpoint(cfg, None, build_scenarios(requests), fmt=fmt,
+        scenarios = build_scenarios(requests, rules=rules_of(cfg.format_name))
+        profile = probe_endpoint(cfg, None, scenarios, fmt=fmt,
                                  tokenizer=fmt.tok.source)
     finally:
         running.stop()

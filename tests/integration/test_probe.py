@@ -24,10 +24,15 @@ from specregen.probe import (
     probe_endpoint,
     require_recoverable_tool_calls,
 )
-from specregen.probe.scenarios import WEATHER_TOOL, glaive_probe_prompt
-from specregen.records import ProviderTraits
+from specregen.probe.scenarios import WEATHER_TOOL, glaive_probe_prompt, rules_of
+from specregen.records import ProviderTraits, TraitMap
 from specregen.sources import BUNDLED_SAMPLES
 from tests.support import get_tokenizer
+
+# The families' own traits (K2.5's, Qwen3's).
+SPACES = "spaces_around_added_tokens"
+K25, QWEN3 = rules_of("kimi-k2.5"), rules_of("qwen3")  # their probe rules (history ids)
+STRIPS = "strips_content_beside_calls"
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +82,8 @@ def endpoint(emu, profile: str, **extra) -> EndpointConfig:
 @pytest.mark.parametrize("profile", PLAIN_PROFILES)
 def test_every_profile_is_classified(tok, glaive_prompt, profile):
     with emulator(profile, tok) as emu:
-        result = probe_endpoint(endpoint(emu, profile), None, build_scenarios(2, glaive_prompt),
+        result = probe_endpoint(endpoint(emu, profile), None,
+                                build_scenarios(2, glaive_prompt, rules=K25),
                                 fmt=KimiK25(tok), tokenizer="mini")
     s = {x.name: x for x in result.scenarios}
     assert list(s) == ["tools", "system_prompt", "glaive", "thinking_on", "thinking_off",
@@ -90,7 +96,7 @@ def test_every_profile_is_classified(tok, glaive_prompt, profile):
         assert (s[name].calls_where, s[name].recoverable) == ("none", None), name
         s.pop(name)
     # No emulated stack puts spaces around added tokens when asked not to (the client does).
-    assert result.findings.spaces_around_added_tokens is False, result.findings.evidence
+    assert result.findings.family.get(SPACES) is False, result.findings.evidence
     # With tools: structured where the stack parses calls, raw text where it does not.
     for name in ("tools", "thinking_on", "thinking_off", "history"):
         assert s[name].calls_where == TOOLS_WHERE[profile], name
@@ -173,7 +179,7 @@ def test_the_probe_learns_each_stacks_parser_traits(tok, profile, stream):
     behaviour back from its answers alone, and store it as the traits reconstruction takes."""
     with emulator(profile, tok, no_content_before_calls_rate=1.0) as emu:
         cfg = endpoint(emu, profile, stream=stream)
-        result = probe_endpoint(cfg, None, build_scenarios(2), fmt=KimiK25(tok),
+        result = probe_endpoint(cfg, None, build_scenarios(2, rules=K25), fmt=KimiK25(tok),
                                 tokenizer="mini")
     expected = dict(zip(FINDING_NAMES, FINDINGS[profile], strict=True))
     if stream:
@@ -181,7 +187,7 @@ def test_the_probe_learns_each_stacks_parser_traits(tok, profile, stream):
     found = {name: getattr(result.findings, name) for name in FINDING_NAMES}
     assert found == expected, result.findings.evidence
     assert result.traits() == ProviderTraits(**{n: expected[n] for n in FINDING_NAMES[:5]},
-                                             spaces_around_added_tokens=False)
+                                             family=TraitMap({SPACES: False}))
     # Seven scenarios (the six with and without tools, logprobs) of two requests each.
     assert result.probe_requests == 14 and result.probe_cost_usd > 0
     assert sum(o.attempts for s in result.scenarios for o in s.observations) == 14
@@ -199,7 +205,8 @@ IN_THINK = {"vllm": (True, True), "vllm-legacy": (False, False), "vllm-k25": (Fa
 @pytest.mark.parametrize("profile", sorted(IN_THINK))
 def test_the_probe_learns_whether_a_section_ends_the_reasoning(tok, profile, stream):
     with emulator(profile, tok, section_in_think_rate=1.0) as emu:
-        result = probe_endpoint(endpoint(emu, profile, stream=stream), None, build_scenarios(2),
+        result = probe_endpoint(endpoint(emu, profile, stream=stream), None,
+                                build_scenarios(2, rules=K25),
                                 fmt=KimiK25(tok), tokenizer="mini")
     found = result.findings.ends_reasoning_at_tools
     assert found is IN_THINK[profile][stream], result.findings.evidence
@@ -215,7 +222,7 @@ def test_token_ids_show_whether_arguments_survive(tok, profile, expected):
     with emulator(profile, tok, tool_args_whitespace_rate=1.0) as emu:
         cfg = EndpointConfig.load({"base_url": emu.url, "model": MODEL, "dialect": "vllm",
                                    "return_token_ids": True})
-        result = probe_endpoint(cfg, None, build_scenarios(2), fmt=KimiK25(tok),
+        result = probe_endpoint(cfg, None, build_scenarios(2, rules=K25), fmt=KimiK25(tok),
                                 tokenizer="mini")
     tools = result.scenario("tools")
     assert tools is not None and (tools.arguments, tools.whitespace) == expected
@@ -401,7 +408,7 @@ def test_qwen3_endpoints_are_probed(qwen3_tok, profile, stream):
     with qwen3_emulator(profile, qwen3_tok) as emu:
         cfg = qwen3_endpoint(emu, profile, stream=stream)
         assert cfg.format_name == "qwen3"
-        result = probe_endpoint(cfg, None, build_scenarios(3),
+        result = probe_endpoint(cfg, None, build_scenarios(3, rules=QWEN3),
                                 fmt=get_format("qwen3", qwen3_tok), tokenizer="mini-qwen3")
     s = {x.name: x for x in result.scenarios}
     assert all(not x.errors for x in s.values())
@@ -428,10 +435,10 @@ def test_qwen3_endpoints_are_probed(qwen3_tok, profile, stream):
     assert (f.renumbers_tool_ids, f.deletes_no_content, f.ends_reasoning_at_tools) == (
         None, None, None)
     assert "nothing to renumber" in f.evidence["renumbers_tool_ids"]
-    assert f.strips_content_beside_calls is QWEN3_STRIPS[(profile, stream)], f.evidence
+    assert f.family.get(STRIPS) is QWEN3_STRIPS[(profile, stream)], f.evidence
     assert not any("tool_id_rewritten" in n for n in result.notes)
     # The emulator sends no logprobs; Qwen3's fast tokenizer puts no spaces in (not examined).
-    assert (f.returns_logprobs, f.spaces_around_added_tokens) == (False, None), f.evidence
+    assert (f.returns_logprobs, f.family.get(SPACES)) == (False, None), f.evidence
     assert result.probe_requests == 21 and result.probe_cost_usd > 0
 
 
@@ -441,12 +448,12 @@ def test_qwen3_token_ids_show_the_arguments_and_content_as_written(qwen3_tok, st
 
     with qwen3_emulator("vllm-hermes", qwen3_tok) as emu:
         cfg = qwen3_endpoint(emu, "vllm-hermes", stream=stream, return_token_ids=True)
-        result = probe_endpoint(cfg, None, build_scenarios(2),
+        result = probe_endpoint(cfg, None, build_scenarios(2, rules=QWEN3),
                                 fmt=get_format("qwen3", qwen3_tok), tokenizer="mini-qwen3")
     tools = result.scenario("tools")
     assert tools is not None and (tools.arguments, tools.whitespace) == ("verbatim", "kept")
     assert {o.reference_match for o in tools.observations} == {"exact"}
-    assert result.findings.strips_content_beside_calls is False
+    assert result.findings.family.get(STRIPS) is False
     assert "by the model's ids returned as written" in (
         result.findings.evidence["strips_content_beside_calls"])
 
@@ -462,7 +469,7 @@ def test_cli_probes_a_qwen3_endpoint(tmp_path, qwen3_tok):
     profile = load_profile(out)
     assert profile.model == QWEN3_MODEL and profile.tokenizer == "mini-qwen3"
     assert profile.tool_calls_recoverable is True and sent == profile.probe_requests == 14
-    assert profile.findings.strips_content_beside_calls is False
+    assert profile.findings.family.get(STRIPS) is False
     assert "tool calls recoverable as tools: yes" in result.output
     text = " ".join(result.output.split())
     assert "strips_content_beside_calls: returns the text before tool calls as written" in text
@@ -475,8 +482,8 @@ def test_the_probe_counts_without_the_spaces_a_server_inserts(tok, profile):
     token, as asked the client's way)."""
     with emulator(profile, tok) as emu:
         result = probe_endpoint(endpoint(emu, profile, text_as_written=False), None,
-                                build_scenarios(2), fmt=KimiK25(tok), tokenizer="mini")
+                                build_scenarios(2, rules=K25), fmt=KimiK25(tok), tokenizer="mini")
     f = result.findings
-    assert f.spaces_around_added_tokens is True, f.evidence
+    assert f.family.get(SPACES) is True, f.evidence
     assert f.counts_stop_token is True, f.evidence
-    assert result.traits().spaces_around_added_tokens is True
+    assert result.traits().get(SPACES) is True

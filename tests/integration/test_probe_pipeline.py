@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,8 @@ from specregen.pipeline.run import run_dataset
 from specregen.probe.model import PROFILE_VERSION
 from specregen.store.fs import Store
 from tests.support import REPO, get_tokenizer
+
+STRIPS = "strips_content_beside_calls"  # the family's trait
 
 pytestmark = pytest.mark.integration
 
@@ -276,7 +277,7 @@ def test_prefect_probes_then_pays_then_skips(prefect_server, tmp_path, good):
     run = dataset_run(config, "B1_glaive")
     stored = read_profile(run)[0]
     assert stored is not None
-    assert probe["traits"] == asdict(stored.traits())
+    assert probe["traits"] == stored.traits().to_dict()
     again, sent = requests_during(good, lambda: asyncio.run(
         dataset_flow(str(config), "B1_glaive")))
     assert (again["outcome"], sent) == ("skipped", 0)
@@ -331,7 +332,7 @@ def test_a_qwen3_endpoint_is_probed_and_its_traits_reach_reconstruction(
     assert probe["status"] == "probed" and sent == probe["requests"] + LIMIT
     stored = read_profile(run)[0]
     assert stored is not None and stored.tool_calls_recoverable is True
-    assert stored.findings.strips_content_beside_calls is strips, stored.findings.evidence
+    assert stored.findings.family.get(STRIPS) is strips, stored.findings.evidence
     assert stored.findings.counts_stop_token is True
     assert seen == [stored.traits()]
 

@@ -2,13 +2,17 @@
 one line in the registry are all it takes (issue 22). A throwaway family, written to a temporary
 folder and registered at test time the same way, is found by model id, its bundled tokenizer
 loads by alias and is fingerprinted by its files, the emulator lists and serves its own profile,
-and the gate words its id rule -- with no edit anywhere else in specregen."""
+the gate words its id rule, and a provider trait it declares (name, sentences, vote rule) is
+found by the probe and read by its format -- with no edit anywhere else in specregen."""
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -22,7 +26,6 @@ from specregen.models.tokenizer import MINI_TOKENIZER_DIR, load_tokenizer
 
 # A family that reuses Qwen3's code under its own name, tokenizer alias and emulator profile.
 DESCRIPTOR = '''
-import ast
 import re
 from pathlib import Path
 
@@ -64,21 +67,92 @@ FAMILY = Family(
 '''
 
 
-@pytest.fixture
-def toy(tmp_path, monkeypatch) -> Family:
+# The same family with probe rules of its own that bring a trait: whether the server returns
+# the reasoning in capitals. Its format (Qwen3's, wrapped) notes what it was told.
+PROBING_DESCRIPTOR = DESCRIPTOR.replace(
+    'tool_id_rule="an id is not the toy\'s own",',
+    'tool_id_rule="an id is not the toy\'s own",\n'
+    '    reads_provider_traits=True,\n'
+    '    make_probe_rules=lazy("toy_family_pkg.probe", "make_probe_rules"),',
+).replace("import Family, profile_spec", "import Family, lazy, profile_spec").replace(
+    "    return make_format(tokenizer, **options)",
+    "    from toy_family_pkg.probe import ToyFormat\n\n"
+    "    return ToyFormat(make_format(tokenizer, **options))")
+PROBE = '''
+from specregen.models.probe_rules import FamilyTrait, TraitVotes, vote
+from specregen.models.qwen3.probe import Qwen3ProbeRules
+
+SHOUTS = "shouts_reasoning"  # the toy's trait: its name is its own
+
+
+def _shouting(votes: TraitVotes):
+    loud = sum(1 for o in votes.answered if o.reasoning_chars > 100)
+    quiet = sum(1 for o in votes.answered if 0 < o.reasoning_chars <= 100)
+    return vote(loud, quiet, f"long reasoning {loud}, short {quiet}", "no reasoning")
+
+
+class ToyProbeRules(Qwen3ProbeRules):
+    traits = (FamilyTrait(SHOUTS, when_true="returns the reasoning in capitals",
+                          when_false="returns the reasoning as written", vote=_shouting),)
+
+    def history_call_id(self, name, index):
+        return f"toy-{name}-{index}"
+
+
+def make_probe_rules():
+    return ToyProbeRules()
+
+
+class ToyFormat:
+    """Qwen3's format under the toy's name, noting the toy's trait it was given."""
+
+    told: list = []
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.name = "toy-lm"
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def readings(self, request, completion, calls, thinking, truncated, history, traits):
+        ToyFormat.told.append(traits.get(SHOUTS))
+        return self._inner.readings(request, completion, calls, thinking, truncated, history,
+                                    traits)
+'''
+
+
+def _install(tmp_path, monkeypatch, descriptor: str, **modules: str) -> Family:
     package = tmp_path / "toy_family_pkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "family.py").write_text(textwrap.dedent(DESCRIPTOR))
+    (package / "family.py").write_text(textwrap.dedent(descriptor))
+    for name, text in modules.items():
+        (package / f"{name}.py").write_text(textwrap.dedent(text))
     shutil.copytree(MINI_QWEN3_TOKENIZER_DIR, package / "mini_toy_tokenizer")
     monkeypatch.syspath_prepend(str(tmp_path))
     # The one line a family adds to the registry.
     monkeypatch.setattr(registry, "FAMILY_MODULES",
                         (*registry.FAMILY_MODULES, "toy_family_pkg.family"))
-    yield registry.family("toy-lm")
+    return registry.family("toy-lm")
+
+
+def _uninstall() -> None:
     for name in [m for m in sys.modules if m.startswith("toy_family_pkg")]:
         del sys.modules[name]
     registry._loaded.pop("toy_family_pkg.family", None)
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch) -> Family:
+    yield _install(tmp_path, monkeypatch, DESCRIPTOR)
+    _uninstall()
+
+
+@pytest.fixture
+def probing_toy(tmp_path, monkeypatch) -> Family:
+    yield _install(tmp_path, monkeypatch, PROBING_DESCRIPTOR, probe=PROBE)
+    _uninstall()
 
 
 def test_the_registry_finds_the_family_through_its_descriptor(toy):
@@ -176,16 +250,6 @@ def test_no_family_name_is_spelled_outside_its_package():
     assert not found, found
 
 
-# Files that still spell a family's markers, each with why (to be emptied, not grown).
-MARKER_ALLOWED = {
-    # The probe's trait words (`FINDING_WORDS`, `WHERE_MEANING`, what `_split` saw) name K2.5's
-    # and Qwen3's `</think>` and `<|im_end|>`; the open trait map the families declare (the
-    # `traits` change of issue 22, under way) takes them into the families. Temporary.
-    "specregen/probe/notes.py": "trait words, moving into the families",
-    "specregen/probe/traits.py": "trait words, moving into the families",
-}
-
-
 def _docstrings(tree: ast.AST) -> set[int]:
     found = set()
     for node in ast.walk(tree):
@@ -215,7 +279,7 @@ def test_no_marker_is_spelled_outside_the_models():
     hits = []
     for path in paths:
         name = path.relative_to(root).as_posix()
-        if name.startswith("specregen/models/") or name in MARKER_ALLOWED:
+        if name.startswith("specregen/models/"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
@@ -224,8 +288,92 @@ def test_no_marker_is_spelled_outside_the_models():
                     and id(node) not in docs):
                 hits += [f"{name}:{node.lineno}: {m}" for m in sorted(markers) if m in node.value]
     assert not hits, hits
-    # An allowed file that no longer spells one leaves the list.
-    for name in MARKER_ALLOWED:
-        path = root / name
-        text = path.read_text(encoding="utf-8") if path.is_file() else ""
-        assert any(m in text for m in markers), f"{name} spells no marker: drop it from the list"
+
+
+def test_a_trait_the_family_declares_is_probed_and_reaches_its_format(probing_toy, tmp_path):
+    from specregen.client.config import EndpointConfig
+    from specregen.models.probe_answer import Observation
+    from specregen.probe.classify import summarize
+    from specregen.probe.model import ScenarioResult, load_profile, save_profile
+    from specregen.probe.run import build_profile
+    from specregen.probe.scenarios import build_scenarios, rules_of
+    from specregen.reconstruct import reconstruct
+
+    rules = rules_of("toy-lm")
+    history = next(s for s in build_scenarios(1, rules=rules) if s.name == "history")
+    calls = [c for m in history.prompts[0].messages for c in m.get("tool_calls") or []]
+    assert [c["id"] for c in calls] == ["toy-get_weather-0", "toy-get_weather-1"]
+
+    answers = [Observation(index=i, ok=True, calls_where="none", reasoning_chars=500)
+               for i in range(2)]
+    scenario = summarize(ScenarioResult("plain", "", "tools", False, None), answers)
+    cfg = EndpointConfig(base_url="http://127.0.0.1:9/v1", model="acme/toy-lm")
+    profile = build_profile(cfg, [scenario], tool_mode="tools", requests=2)
+    assert profile.findings.family == {"shouts_reasoning": True}
+    assert profile.findings.evidence["shouts_reasoning"] == "long reasoning 2, short 0"
+    assert ("shouts_reasoning: returns the reasoning in capitals (long reasoning 2, short 0)"
+            in profile.notes)
+    stored = json.loads(profile.to_json())["findings"]
+    assert stored["shouts_reasoning"] is True
+    traits = load_profile(save_profile(profile, tmp_path / "p.json")).traits()
+    assert traits.get("shouts_reasoning") is True
+    assert traits.to_dict()["shouts_reasoning"] is True
+
+    fmt = registry.get_format("toy-lm", load_tokenizer("mini-toy"))
+    request = {"model": "acme/toy-lm", "messages": [{"role": "user", "content": "hi"}]}
+    response = {"choices": [{"message": {"role": "assistant", "content": "hello"},
+                             "finish_reason": "stop"}], "usage": {}}
+    told = type(fmt).told
+    told.clear()
+    reconstruct("s", request, response, fmt, traits=traits)
+    assert told == [True]
+
+
+def test_kimi_k3_is_its_package_plus_one_registry_line(tmp_path):
+    """Issue 22's proof, run: the library without `models/kimi_k3/` and without its registry
+    line still imports every module and serves the other families. K3 is one package plus one
+    line, whatever later changes bring."""
+    root = Path(registry.__file__).resolve().parents[2]
+    line = '    "specregen.models.kimi_k3.family",\n'
+    copy = tmp_path / "specregen"
+    shutil.copytree(root / "specregen", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.rmtree(copy / "models" / "kimi_k3")
+    registry_py = copy / "models" / "registry.py"
+    text = registry_py.read_text(encoding="utf-8")
+    assert text.count(line) == 1
+    registry_py.write_text(text.replace(line, ""), encoding="utf-8")
+    outside = []  # code (imports, strings) naming K3's modules; comments and docstrings may
+    for path in copy.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [node.value] if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and id(node) not in docs else [])
+            outside += [f"{path.relative_to(copy)}:{node.lineno}" for n in names
+                        if "kimi_k3" in n]
+    assert not outside, f"K3 named outside its package: {outside}"
+    script = textwrap.dedent("""
+        import importlib, pkgutil, specregen
+        assert specregen.__file__.startswith(%r), specregen.__file__
+        broken = []
+        for info in pkgutil.walk_packages(specregen.__path__, "specregen."):
+            try:
+                importlib.import_module(info.name)
+            except Exception as exc:
+                broken.append(f"{info.name}: {exc!r}")
+        assert not broken, broken
+        from specregen.models import registry
+        from specregen.models.tokenizer import load_tokenizer
+        assert registry.format_names() == ["kimi-k2.5", "qwen3"], registry.format_names()
+        for name, tok in (("kimi-k2.5", "mini"), ("qwen3", "mini-qwen3")):
+            fmt = registry.get_format(name, load_tokenizer(tok))
+            ids = fmt.encode_prompt([{"role": "user", "content": "hi"}], None)
+            assert ids, name
+        print("ok")
+    """) % str(copy)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

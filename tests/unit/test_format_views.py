@@ -11,7 +11,9 @@ import pytest
 
 from specregen.client.config import EndpointConfig
 from specregen.inspect.view import build_view
-from specregen.models.chat_format import ChatFormat, CompletionMarkers, ProbeRules
+from specregen.models.chat_format import ChatFormat, CompletionMarkers
+from specregen.models.kimi_k25.probe import RULES as KIMI_RULES
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.qwen3 import served as qserved
 from specregen.models.qwen3 import vllm_legacy as vl
 from specregen.models.registry import get_format, probe_rules
@@ -183,7 +185,7 @@ def test_a_format_without_probe_rules_is_refused_before_any_request(monkeypatch)
     assert cfg.format_name == "qwen3"
     with pytest.raises(ProbeSetupError, match="qwen3 format has no endpoint probe"):
         # Port 9 on loopback: a request would fail; the refusal comes first.
-        asyncio.run(run_scenarios(cfg, None, build_scenarios(1)))
+        asyncio.run(run_scenarios(cfg, None, build_scenarios(1, rules=KIMI_RULES)))
 
 
 def test_the_inspector_reads_the_format_the_file_records(qwen, tmp_path):

@@ -20,6 +20,7 @@ from specregen.models.kimi_k25 import (
     SECTION_END,
 )
 from specregen.models.kimi_k25.probe import RULES
+from specregen.models.probe_answer import Observation
 from specregen.probe import (
     ProbeFatalError,
     ProbeRefusal,
@@ -44,7 +45,7 @@ from specregen.probe.classify import (
     recoverable_by_mode,
 )
 from specregen.probe.classify import observe as observe_with
-from specregen.probe.model import PROFILE_VERSION, Observation, ParserFindings
+from specregen.probe.model import PROFILE_VERSION, ParserFindings
 from specregen.probe.run import scenario_config
 from specregen.probe.scenarios import glaive_probe_prompt, history_messages
 from specregen.probe.traits import infer_findings
@@ -392,7 +393,7 @@ def test_run_check_refuses_a_profile_of_another_endpoint(tmp_path):
 
 
 def test_scenarios_ask_each_way_a_run_can():
-    scenarios = {s.name: s for s in build_scenarios(2)}
+    scenarios = {s.name: s for s in build_scenarios(2, rules=RULES)}
     assert list(scenarios) == ["tools", "system_prompt", "thinking_on", "thinking_off",
                                "history", "plain", "logprobs"]
     # Only the logprobs scenario asks for them (a provider may refuse: nothing else is lost).
@@ -423,7 +424,7 @@ def test_scenarios_ask_each_way_a_run_can():
 )
 def test_thinking_scenarios_use_the_dialects_switch(dialect, field, off):
     base = cfg(dialect=dialect) if dialect != "openrouter" else cfg(reasoning={"effort": "high"})
-    off_scenario = next(s for s in build_scenarios(1) if s.name == "thinking_off")
+    off_scenario = next(s for s in build_scenarios(1, rules=RULES) if s.name == "thinking_off")
     request = build_request(off_scenario.prompts[0], scenario_config(base, off_scenario))
     assert request[field] == off
 
@@ -445,7 +446,7 @@ def test_glaive_prompt_is_the_first_with_a_tool_call_answer(tmp_path):
 
 def test_build_scenarios_bounds_the_request_count():
     with pytest.raises(ProbeSetupError):
-        build_scenarios(0)
+        build_scenarios(0, rules=RULES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,7 +466,8 @@ def run_with(status: int, payload: dict[str, Any], key: Any = None) -> list[Scen
 
     endpoint = cfg(retry={"max_attempts": 2, "base_delay": 0.001, "max_delay": 0.001},
                    api_key_env="PROBE_TEST_KEY")
-    return asyncio.run(run_scenarios(endpoint, ApiKey(key) if key else None, build_scenarios(2),
+    return asyncio.run(run_scenarios(endpoint, ApiKey(key) if key else None,
+                                     build_scenarios(2, rules=RULES),
                                      transport=httpx.MockTransport(handler)))
 
 
@@ -588,7 +590,7 @@ def test_a_server_that_keeps_the_placeholder(mini_fmt):
 
 
 def history_request() -> dict[str, Any]:
-    return {"messages": history_messages("Paris"), "tools": [WEATHER]}
+    return {"messages": history_messages("Paris", RULES), "tools": [WEATHER]}
 
 
 def test_sglang_renumbering_shows_in_the_history_scenario(mini_fmt):

@@ -19,6 +19,8 @@ from specregen.models.registry import get_format
 from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 
+STRIPS = "strips_content_beside_calls"  # the family's trait
+
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather of a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}},
@@ -174,7 +176,7 @@ def test_calls_glued_to_each_other_are_never_read_as_calls_in_the_reasoning(qwen
 def test_the_probes_strip_finding_decides_a_bare_text_when_ids_do_not(qwen):
     """Call ids a router rewrote say nothing of the server: the probe's
     `strips_content_beside_calls` false (vLLM's hermes) keeps a bare text as written."""
-    from specregen.records import ProviderTraits
+    from specregen.records import ProviderTraits, TraitMap
 
     pieces = [Piece("Let me check the weather"), Piece(_call("get_weather", {"city": "Oslo"}))]
     ids = answer_ids(qwen.tok, pieces)
@@ -185,7 +187,7 @@ def test_the_probes_strip_finding_decides_a_bare_text_when_ids_do_not(qwen):
     for call in blind["choices"][0]["message"]["tool_calls"]:
         call["id"] = "call_0"
     as_written = reconstruct("s", _request(False), blind, qwen,
-                             traits=ProviderTraits(strips_content_beside_calls=False))
+                             traits=ProviderTraits(family=TraitMap({STRIPS: False})))
     assert as_written.status == "ok" and as_written.input_ids == truth, as_written.flags
     # Unknown: the template's "\n" is restored (SGLang's plain answers strip it), and the
     # count shows the token the model never wrote.

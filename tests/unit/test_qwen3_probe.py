@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from specregen.models.chat_format import ProbeRules
 from specregen.models.kimi_k25.probe import RULES as KIMI_RULES
+from specregen.models.probe_rules import ProbeRules
 from specregen.models.qwen3 import Qwen3
 from specregen.models.qwen3.probe import RULES, Qwen3ProbeRules
 from specregen.models.registry import get_format, probe_rules, reads_provider_traits
@@ -29,6 +29,8 @@ from specregen.probe.scenarios import WEATHER_TOOL
 from specregen.probe.traits import infer_findings
 from specregen.records import ToolCall
 from specregen.wire.response import normalize_response
+
+STRIPS = "strips_content_beside_calls"  # the family's trait
 
 ARGS = {"city": "Paris"}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -190,7 +192,7 @@ def test_vllm_returns_the_text_before_the_calls_as_written(fmt):
     assert observation_recoverable(obs) is True
     findings = infer_findings([scenario(obs, look(fmt, plain_answer(fmt), thinking=True,
                                                   index=1, tools=False))], RULES)
-    assert findings.strips_content_beside_calls is False, findings.evidence
+    assert findings.family.get(STRIPS) is False, findings.evidence
     assert findings.counts_stop_token is True
     # No Qwen3 id carries a count, and no parser deletes a placeholder: both stay unknown,
     # and the evidence says why.
@@ -207,10 +209,10 @@ def test_sglang_strips_it_and_the_count_shows_the_separators_were_written(fmt):
     assert (obs.bare_content_offset, obs.bare_content_restored) == (0, True)
     plain = look(fmt, plain_answer(fmt), thinking=True, index=1, tools=False)
     findings = infer_findings([scenario(obs, plain)], RULES)
-    assert findings.strips_content_beside_calls is True, findings.evidence
+    assert findings.family.get(STRIPS) is True, findings.evidence
     # Without a count base (no tokenizer, or no clean answer) nothing can tell.
     alone = infer_findings([scenario(obs)], RULES)
-    assert alone.counts_stop_token is None and alone.strips_content_beside_calls is None
+    assert alone.counts_stop_token is None and alone.family.get(STRIPS) is None
 
 
 def test_a_bare_text_vllm_kept_is_not_taken_for_stripping(fmt):
@@ -225,7 +227,7 @@ def test_a_bare_text_vllm_kept_is_not_taken_for_stripping(fmt):
     assert obs.bare_content_offset < 0
     plain = look(fmt, plain_answer(fmt), thinking=True, index=1, tools=False)
     findings = infer_findings([scenario(obs, plain)], RULES)
-    assert findings.strips_content_beside_calls is False, findings.evidence
+    assert findings.family.get(STRIPS) is False, findings.evidence
 
 
 def test_a_bare_text_in_a_stream_is_used_as_returned_and_counted_so(fmt):
@@ -241,7 +243,7 @@ def test_a_bare_text_in_a_stream_is_used_as_returned_and_counted_so(fmt):
     assert (obs.bare_content_offset, obs.bare_content_restored) == (0, False)
     plain = look(fmt, plain_answer(fmt), thinking=True, index=1, tools=False)
     findings = infer_findings([scenario(obs, plain)], RULES)
-    assert findings.strips_content_beside_calls is False, findings.evidence
+    assert findings.family.get(STRIPS) is False, findings.evidence
 
 
 def test_the_models_ids_settle_the_strip_finding(fmt):
@@ -255,10 +257,10 @@ def test_the_models_ids_settle_the_strip_finding(fmt):
                     thinking=True, index=1)
     assert (kept.content_as_written, stripped.content_as_written) == (True, False)
     assert (kept.arguments, kept.whitespace) == ("verbatim", "kept")
-    assert infer_findings([scenario(kept)], RULES).strips_content_beside_calls is False
-    assert infer_findings([scenario(stripped)], RULES).strips_content_beside_calls is True
+    assert infer_findings([scenario(kept)], RULES).family.get(STRIPS) is False
+    assert infer_findings([scenario(stripped)], RULES).family.get(STRIPS) is True
     both = infer_findings([scenario(kept, stripped)], RULES)
-    assert both.strips_content_beside_calls is None
+    assert both.family.get(STRIPS) is None
     assert "contradictory" in both.evidence["strips_content_beside_calls"]
 
 
@@ -271,7 +273,7 @@ def test_whitespace_only_text_says_nothing(fmt):
         obs = look(fmt, body, thinking=True)
         assert obs.content_beside_calls is None and obs.bare_content_offset is None
         findings = infer_findings([scenario(obs)], RULES)
-        assert findings.strips_content_beside_calls is None
+        assert findings.family.get(STRIPS) is None
 
 
 def test_raw_calls_without_tools_are_recoverable(fmt):
@@ -298,12 +300,12 @@ def test_the_strip_finding_is_examined_only_for_formats_that_read_it(fmt):
     results = [scenario(look(fmt, body, thinking=True))]
     for rules in (None, KIMI_RULES):
         findings = infer_findings(results, rules)
-        assert findings.strips_content_beside_calls is None
+        assert findings.family.get(STRIPS) is None
         assert "strips_content_beside_calls" not in findings.evidence
         assert not any(n.startswith("strips_content") for n in finding_notes(findings))
     qwen = infer_findings(results, RULES)
     assert any(n.startswith("strips_content_beside_calls: returns the text before tool calls"
-                            " as written") for n in finding_notes(qwen))
+                            " as written") for n in finding_notes(qwen, RULES))
 
 
 def test_an_unknown_id_is_explained_in_qwen3_terms():
@@ -334,7 +336,7 @@ def test_the_finding_reaches_reconstruction_through_the_profiles_traits(fmt):
     profile = build_profile(cfg, [scenario(look(fmt, body, thinking=False), plain)],
                             tool_mode="tools", requests=2, tokenizer="mini-qwen3")
     traits = profile.traits()
-    assert traits.strips_content_beside_calls is False
+    assert traits.get(STRIPS) is False
     assert any(n.startswith("strips_content_beside_calls: returns the text before tool calls"
                             " as written") for n in profile.notes)
     ids = [*fmt.tok.encode_ordinary(written), fmt.stop_id]

@@ -15,12 +15,15 @@ from specregen.client.config import EndpointConfig
 from specregen.client.request import build_request
 from specregen.gate import GateConfig, run_gate
 from specregen.logprobs import ids_from_logprobs
-from specregen.probe.model import Observation
-from specregen.probe.traits import _spaces
+from specregen.models.kimi_k25.probe import SPACES_TRAIT
+from specregen.models.probe_answer import Observation
+from specregen.models.probe_rules import TraitVotes
 from specregen.reconstruct import reconstruct
-from specregen.records import Prompt, ProviderTraits
+from specregen.records import Prompt, ProviderTraits, TraitMap
 from specregen.wire.request import request_fingerprint
 from tests.unit.test_reconstruct_upstream import ARGS, REQUEST, TOOLS, true_ids
+
+SPACES = "spaces_around_added_tokens"  # the family's trait
 
 CALL = "functions.get_weather:0"
 
@@ -54,7 +57,7 @@ def spaced(fmt, stream):
 def test_spaces_the_probe_found_are_taken_out(fmt, stream):
     ids, body = spaced(fmt, stream)
     request = {**REQUEST, "stream": True} if stream else REQUEST
-    traits = ProviderTraits(spaces_around_added_tokens=True, renumbers_tool_ids=False)
+    traits = ProviderTraits(family=TraitMap({SPACES: True}), renumbers_tool_ids=False)
     sample = reconstruct("s", request, body, fmt, traits=traits)
     assert sample.input_ids[sample.prompt_len:] == ids
     assert sample.status == "ok" and "spaces_removed" in sample.flags, sample.flags
@@ -88,9 +91,13 @@ def test_spaces_the_probe_found_but_the_fields_cannot_carry_are_named(fmt):
     body = answer(fmt, ids, reasoning="Plan.", content="Done.", arguments=None,
                   finish="stop")
     sample = reconstruct("s", REQUEST, body, fmt,
-                         traits=ProviderTraits(spaces_around_added_tokens=True))
+                         traits=ProviderTraits(family=TraitMap({SPACES: True})))
     assert sample.input_ids[sample.prompt_len:] == ids
     assert "spaces_not_found" in sample.flags
+
+
+def _spaces(answered: list[Observation]) -> tuple[bool | None, str]:
+    return SPACES_TRAIT.vote(TraitVotes(answered, counts_stop_token=None))
 
 
 def test_the_probe_votes_on_spaces():
@@ -106,14 +113,14 @@ def test_the_probe_votes_on_spaces():
 
 def test_the_gate_report_names_the_transformation(fmt):
     _ids, body = spaced(fmt, False)
-    traits = ProviderTraits(spaces_around_added_tokens=True, renumbers_tool_ids=False)
+    traits = ProviderTraits(family=TraitMap({SPACES: True}), renumbers_tool_ids=False)
     sample = reconstruct("s", REQUEST, body, fmt, traits=traits)
     report = run_gate([sample], fmt, GateConfig(), dataset="d",
-                      provider={"spaces_around_added_tokens": True})
+                      provider={SPACES: True})
     text = report.to_markdown()
     assert "## Server text transformations" in text
     assert "| spaces around added tokens | yes | 1 |" in text
-    assert report.to_dict()["provider"] == {"spaces_around_added_tokens": True}
+    assert report.to_dict()["provider"] == {SPACES: True}
 
 
 # -- logprobs

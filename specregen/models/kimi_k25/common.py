@@ -32,6 +32,14 @@ TOOL_MARKERS = (SECTION_BEGIN, SECTION_END, CALL_BEGIN, ARG_BEGIN, CALL_END)
 # The id K2.5's template writes: `functions.NAME:IDX` (the one id regex of this format).
 CANONICAL_ID = re.compile(r"^functions\.(?P<name>[^:\s]+):(?P<idx>\d+)$")
 
+# K2.5's provider trait (`ProviderTraits.get`; its vote rule: probe.py): the server's
+# detokenizer puts a space before every added token and before the first ordinary token after
+# one (vLLM's default `spaces_between_special_tokens` with a slow tokenizer such as Kimi's,
+# vllm-project/vllm#33457): reasoning and content begin with a space the model never wrote. A
+# request that sent `spaces_between_special_tokens: false` to a server that honours it has
+# none, whatever the probe found.
+SPACES_AROUND_ADDED_TOKENS = "spaces_around_added_tokens"
+
 
 @dataclass
 class Assembled:

@@ -1,4 +1,4 @@
-"""What the endpoint probe needs to know about K2.5 (`chat_format.ProbeRules`).
+"""What the endpoint probe needs to know about K2.5 (`probe_rules.ProbeRules`).
 
 The probe (`specregen.probe`) asks an endpoint how it returns tool calls and reads the
 provider's parser traits off the answers; which text is a raw tool section, which id form the
@@ -13,14 +13,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
+from specregen.models.chat_format import AssembledLike, ChatFormat
 from specregen.models.kimi_k25.common import (
     ARG_BEGIN,
     CALL_BEGIN,
     CALL_END,
     CANONICAL_ID,
+    IM_END,
     SECTION_BEGIN,
     SECTION_END,
+    SPACES_AROUND_ADDED_TOKENS,
     THINK_END,
     count_history_tool_calls,
 )
@@ -31,12 +33,61 @@ from specregen.models.kimi_k25.format import (
     has_marker_text,
 )
 from specregen.models.kimi_k25.readings import NO_CONTENT, looks_stripped, remove_inserted_spaces
+from specregen.models.probe_answer import Observation
+from specregen.models.probe_rules import FamilyTrait, RawCalls, TraitVotes, Verdict, vote
 from specregen.records import Completion
 
 _ID_INDEX = re.compile(r":(\d+)\s*$")
 _RAW_CALL = re.compile(
     re.escape(CALL_BEGIN) + "(.*?)" + re.escape(ARG_BEGIN) + "(.*?)" + re.escape(CALL_END),
     re.DOTALL,
+)
+
+
+def _spaces(votes: TraitVotes) -> Verdict:
+    """The model's ids settle it: the returned reasoning is a space plus what it wrote (true)
+    or what it wrote (false). Without them, an answer whose reasoning and content (each when
+    not blank) all begin with a space votes true, one with a field that does not votes false;
+    true needs two such answers (one could be the model's own spaces) and no contrary one. The
+    probe sends its requests as the run does: to vLLM and SGLang the run sends
+    `spaces_between_special_tokens: false`, so there it finds false unless the server ignores
+    the option; `specregen probe --server-defaults` asks without it."""
+    answered = votes.answered
+    by_ids_true = sum(1 for o in answered if o.spaces_by_ids is True)
+    by_ids_false = sum(1 for o in answered if o.spaces_by_ids is False)
+    if by_ids_true or by_ids_false:
+        seen = (f"by the model's ids: reasoning returned with a space put before it"
+                f" {by_ids_true}, as written {by_ids_false}")
+        return vote(by_ids_true, by_ids_false, seen, "")
+    spaced = sum(1 for o in answered if o.leading_spaces == "all")
+    plain = sum(1 for o in answered if o.leading_spaces == "not_all")
+    seen = (f"answers whose reasoning and content all begin with a space {spaced}, others"
+            f" {plain}")
+    if spaced and plain:
+        return None, seen + " (contradictory)"
+    if plain:
+        return False, seen
+    if spaced >= 2:
+        # One answer could be the model's own leading spaces; two in a row are the server's.
+        return True, seen
+    return None, seen + (" (one answer is not enough)" if spaced else
+                         " (no reasoning or content came back)")
+
+
+def _despaced(o: Observation) -> int | None:
+    # The count of the fields with the spaces taken out (`without_inserted_spaces` below).
+    return o.despaced_completion_offset
+
+
+# Kimi's tokenizer is a slow one whose markers are added tokens: a vLLM with its default
+# detokenizer settings puts spaces around them (docs/vllm-0.32.md, section 1.2).
+SPACES_TRAIT = FamilyTrait(
+    name=SPACES_AROUND_ADDED_TOKENS,
+    when_true=("puts a space before every added token and before the text after one"
+               " (reasoning and content begin with a space the model never wrote)"),
+    when_false="returns the text without spaces around added tokens",
+    vote=_spaces,
+    recount=_despaced,
 )
 
 
@@ -47,10 +98,9 @@ class KimiProbeRules:
     # What vLLM's kimi_k2 tool parser deletes from content when the answer has calls (issue 8).
     placeholder: str | None = NO_CONTENT
     reasoning_end = THINK_END
+    stop_token = IM_END
     thinking_switch = THINKING_SWITCH
-    # Kimi's tokenizer is a slow one whose markers are added tokens: a vLLM with its default
-    # detokenizer settings puts spaces around them (docs/vllm-0.32.md, section 1.2).
-    extra_findings = frozenset({"spaces_around_added_tokens"})
+    traits: tuple[FamilyTrait, ...] = (SPACES_TRAIT,)
     # Flags of the unrepaired assembly that change what is counted, or say the fields are not
     # what the model wrote: such an answer is no base for learning how the provider counts.
     uncountable_flags = frozenset({"markers_in_text", "tool_calls_in_reasoning",
@@ -91,6 +141,9 @@ class KimiProbeRules:
 
     def history_tool_calls(self, messages: Sequence[dict[str, Any]]) -> int:
         return count_history_tool_calls(messages)
+
+    def history_call_id(self, name: str, index: int) -> str:
+        return f"functions.{name}:{index}"  # the form the model writes (`CANONICAL_ID`)
 
     def assemble_as_returned(self, fmt: ChatFormat, completion: Completion, *, thinking: bool,
                              truncated: bool, history: int) -> AssembledLike:

@@ -20,6 +20,7 @@ from specregen.models.chat_format import Reading, pick_prompt  # noqa: F401 (re-
 from specregen.models.kimi_k25.common import (
     CANONICAL_ID,
     SECTION_BEGIN,
+    SPACES_AROUND_ADDED_TOKENS,
     THINK_END,
     Assembled,
     tojson,
@@ -119,7 +120,7 @@ def spaces_inserted(request: dict[str, Any], traits: ProviderTraits) -> bool | N
     SGLang, which honour it), else what the probe found (None: unknown)."""
     if request.get("spaces_between_special_tokens") is False:
         return False
-    return traits.spaces_around_added_tokens
+    return traits.get(SPACES_AROUND_ADDED_TOKENS)
 
 
 def remove_inserted_spaces(completion: Completion, calls: list[ToolCall], *, thinking: bool,

@@ -1,4 +1,4 @@
-"""What the endpoint probe needs to know about Kimi K3 (`chat_format.ProbeRules`).
+"""What the endpoint probe needs to know about Kimi K3 (`probe_rules.ProbeRules`).
 
 K3's facts, from vLLM 0.32's kimi_k3 parsers (docs/kimi-k3.md §4):
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from specregen.models.chat_format import AssembledLike, ChatFormat, RawCalls
+from specregen.models.chat_format import AssembledLike, ChatFormat
 from specregen.models.kimi_k3.completion import parse_calls
 from specregen.models.kimi_k3.encoding import END_OF_MSG
 from specregen.models.kimi_k3.format import (
@@ -33,6 +33,8 @@ from specregen.models.kimi_k3.servers import (
     attributes,
     decode_call,
 )
+from specregen.models.probe_rules import FamilyTrait, RawCalls
+from specregen.models.serverkit.ids import fixed_vllm_call_id
 from specregen.records import Completion
 
 
@@ -42,12 +44,13 @@ class KimiK3ProbeRules:
     id_form = "server"  # the model writes no id: every id is the server's
     placeholder: str | None = None
     reasoning_end = THINK_CLOSE
-    stop_token = END_OF_MSG  # the probe's words for `counts_stop_token`
+    stop_token = END_OF_MSG
     thinking_switch = THINKING_SWITCH
     # `KimiK3.assemble` flags that say the assembled text is a guess: non-string arguments
     # re-dumped by the server (their spelling as written is assumed), arguments that are no
     # object. Such an answer is no base for counting.
     uncountable_flags = frozenset({"arguments_canonical_assumed", "arguments_not_object"})
+    traits: tuple[FamilyTrait, ...] = ()  # K3 brings no trait beyond the probe's own
     other_id_meaning = ("the model writes no id, so reconstruction ignores them (they are not"
                         " in the tokens) and flags tool_id_unexpected")
 
@@ -89,6 +92,10 @@ class KimiK3ProbeRules:
     def history_tool_calls(self, messages: Sequence[dict[str, Any]]) -> int:
         return sum(len(m.get("tool_calls") or []) for m in messages
                    if isinstance(m, dict) and m.get("role") == "assistant")
+
+    def history_call_id(self, name: str, index: int) -> str:
+        # The model writes no id: the conversation carries the one vLLM gave the call.
+        return fixed_vllm_call_id(f"{name}:{index}")
 
     def assemble_as_returned(self, fmt: ChatFormat, completion: Completion, *, thinking: bool,
                              truncated: bool, history: int) -> AssembledLike:

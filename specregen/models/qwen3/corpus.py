@@ -25,10 +25,11 @@ from typing import Any
 
 from specregen.models import textgen
 from specregen.models.corpus import Drawn, RealCase
+from specregen.models.qwen3.format import STRIPS_CONTENT_BESIDE_CALLS
 from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
 from specregen.models.tokenizer_base import Tokenizer
-from specregen.records import ProviderTraits
+from specregen.records import ProviderTraits, TraitMap
 
 PROFILES = ("vllm-hermes", "openrouter", "sglang")
 
@@ -83,8 +84,8 @@ GATED_GROUPS = ("headline",)
 def probed_traits(profile: str, stream: bool) -> ProviderTraits:
     """What the endpoint probe learns of each profile: every one counts `<|im_end|>` in usage;
     only SGLang's plain answers strip the content beside calls."""
-    return ProviderTraits(counts_stop_token=True,
-                          strips_content_beside_calls=profile == "sglang" and not stream)
+    return ProviderTraits(counts_stop_token=True, family=TraitMap(
+        {STRIPS_CONTENT_BESIDE_CALLS: profile == "sglang" and not stream}))
 
 
 def group(shape: str, profile: str | None = None, stream: bool | None = None) -> str:

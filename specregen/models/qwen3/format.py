@@ -65,6 +65,11 @@ from specregen.models.tokenizer import Tokenizer
 from specregen.records import Completion, ProviderTraits, ToolCall
 from specregen.wire.response import reasoning_excluded, thinking_from_request
 
+# Qwen3's provider trait (`ProviderTraits.get`; its vote rule: probe.py): the text before the
+# tool calls comes back stripped of its whitespace (SGLang's qwen25 detector, non-streamed);
+# False: returned as written (vLLM's hermes).
+STRIPS_CONTENT_BESIDE_CALLS = "strips_content_beside_calls"
+
 # What servers put in `id`; never model-written. vLLM: `chatcmpl-tool-` + hex (0.32: the low 64
 # bits of a uuid4, 16 digits; earlier: the whole uuid4, 32); OpenAI-compatible routers: `call_` +
 # alphanumerics.
@@ -234,7 +239,7 @@ class Qwen3:
         reasoning = completion.reasoning if thinking else None
         # The probe's finding: whether the provider strips the text beside calls (SGLang's
         # qwen25, non-streamed) or returns it as written (vLLM's hermes).
-        stripped = traits.strips_content_beside_calls
+        stripped = traits.get(STRIPS_CONTENT_BESIDE_CALLS)
         if stripped is None and calls and all(
                 (c.id or "").startswith("chatcmpl-tool-") for c in calls):
             # Ids only vLLM makes (`make_tool_call_id`; SGLang's are `call_...`): its hermes
