@@ -97,13 +97,6 @@ class TraitMap(Mapping[str, bool]):
         return f"TraitMap({dict(self._items)!r})"
 
 
-# The family traits that were fields of `ProviderTraits` before families declared their own
-# (issue 22): every stored form writes them, null where a family has none, so probe profiles
-# and fingerprints written before stay byte-identical (and old profiles load). A family that
-# brings a new trait adds nothing here: its trait is written where the probe found it.
-STORED_FAMILY_TRAITS = ("strips_content_beside_calls", "spaces_around_added_tokens")
-
-
 @dataclass(frozen=True, slots=True)
 class ProviderTraits:
     """What a provider's parsers do to an answer, as learned by the probe (None: unknown).
@@ -129,7 +122,7 @@ class ProviderTraits:
 
     def to_dict(self) -> dict[str, bool | None]:
         """The stored form (fingerprints, run summaries): the named fields, then the family
-        traits, those of `STORED_FAMILY_TRAITS` always."""
+        traits the probe found (an unknown one is left out, as the map leaves it)."""
         out: dict[str, bool | None] = {
             "renumbers_tool_ids": self.renumbers_tool_ids,
             "deletes_no_content": self.deletes_no_content,
@@ -137,7 +130,6 @@ class ProviderTraits:
             "counts_stop_token": self.counts_stop_token,
             "ends_reasoning_at_tools": self.ends_reasoning_at_tools,
         }
-        out.update((name, self.family.get(name)) for name in STORED_FAMILY_TRAITS)
         out.update(self.family)
         return out
 

@@ -24,7 +24,7 @@ from specregen.models.probe_answer import (
     ReasoningField,
     Whitespace,
 )
-from specregen.records import STORED_FAMILY_TRAITS, TOOL_MODES, ProviderTraits, ToolMode, TraitMap
+from specregen.records import TOOL_MODES, ProviderTraits, ToolMode, TraitMap
 
 PROFILE_KIND = "specregen.provider_profile"
 # 2: the parser findings reconstruction needs (`findings`), history and plain scenarios, cost.
@@ -86,15 +86,14 @@ class ParserFindings:
     evidence: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The stored form: the family's traits stand among the others, where the closed set
-        had them (`STORED_FAMILY_TRAITS` always), so profiles stay as they were written."""
+        """The stored form: the family's traits (each one it declares, null when unknown)
+        stand among the others, where the parsers' findings end."""
         out: dict[str, Any] = {}
         for name, value in asdict(self).items():
-            if name != "family":
+            if name == "family":
+                out.update(self.family)
+            else:
                 out[name] = value
-                continue
-            out.update((trait, self.family.get(trait)) for trait in STORED_FAMILY_TRAITS)
-            out.update(self.family)
         return out
 
     @classmethod
@@ -103,11 +102,9 @@ class ParserFindings:
         if not isinstance(data, dict):
             raise ProfileError(f"{where} is not an object")
         known = {f.name for f in dataclasses.fields(cls)} - {"family"}
-        evidence = data.get("evidence")
-        examined = evidence if isinstance(evidence, dict) else {}
-        # A stored trait the family does not have was written as a null, unexamined.
-        family = {k: v for k, v in data.items() if k not in known
-                  and not (k in STORED_FAMILY_TRAITS and v is None and k not in examined)}
+        # (A profile written before families declared their traits has both families' old
+        # traits, the other's null: a null trait is an unknown one, which no format reads.)
+        family = {k: v for k, v in data.items() if k not in known}
         findings = cls(**{k: v for k, v in data.items() if k in known}, family=family)
         for name, value in [*((n, getattr(findings, n)) for n in sorted(known - {"evidence"})),
                             *findings.family.items()]:
