@@ -122,9 +122,21 @@ def run_gate(
         if callback is not None:
             callback(sample, decision)
     report = tally.report(dataset)
-    report.provider = dict(provider) if provider is not None else None
+    report.provider = None if provider is None else _reported(provider, fmt)
     report.tool_id_rule = _tool_id_rule(fmt)
     return report
+
+
+def _reported(provider: Mapping[str, bool | None], fmt: ChatFormat) -> dict[str, bool | None]:
+    """The probe's findings the report names: the format's family traits that change the
+    server's text (none for a format the registry does not know)."""
+    from specregen.models.registry import UnknownFormatError, trait_reports
+
+    try:
+        names = trait_reports(fmt.name)
+    except UnknownFormatError:
+        return {}
+    return {name: provider.get(name) for name in names}
 
 
 def _tool_id_rule(fmt: ChatFormat) -> str | None:
@@ -452,42 +464,45 @@ def render_markdown(report: GateReport) -> str:
     return "\n".join(lines)
 
 
-# Server-side text transformations: the probe's finding, what it does to an answer, and the
-# reconstruction flags that show where it touched a sample.
-TRANSFORMATIONS = {
-    "spaces_around_added_tokens": (
-        "spaces around added tokens",
-        "the server's detokenizer puts a space before every added token and before the text"
-        " after one (vLLM's default `spaces_between_special_tokens` with a slow tokenizer):"
-        " text the model never wrote, which a token count rarely shows. specregen asks vLLM"
-        " and SGLang not to (`spaces_between_special_tokens: false`); where the spaces are"
-        " there, reconstruction takes them out (`spaces_removed`), and where it cannot know"
-        " whether they are, it keeps both readings and flags the answer unless a count or the"
-        " server's ids decide (`spaces_kept`)",
-        ("spaces_removed", "spaces_kept", "spaces_not_found"),
-    ),
-}
+# The reconstruction flags every format may raise; a family's own are in its traits' reports
+# (`models/probe_rules.py TraitReport`, `flag_meaning`).
 FLAG_MEANINGS = {
-    "spaces_removed": "spaces the server put around added tokens were taken out",
-    "spaces_kept": "read with leading spaces as the model's text, beside a reading without"
-                   " them (the server may have put them there)",
-    "spaces_not_found": "the probe found spaces around added tokens, but this answer's fields"
-                        " cannot carry them: read as returned",
     "logprobs_undecidable": "logprobs came back but cannot name every token (left-out special"
                             " tokens, a token cut inside a character)",
 }
 
 
-def _transformations_section(report: GateReport) -> list[str]:
-    flags = report.reconstruction_flags
+def transformation_rows(provider: Mapping[str, bool | None] | None,
+                        flags: Mapping[str, int]) -> list[tuple[str, str, int, str]]:
+    """The server text transformations a report names: (label, what the probe found, samples
+    touched, meaning), for each family trait with a report (`registry.trait_reports`) that
+    the probe examined (`provider`: the family's, in the report) or whose flags are raised."""
+    from specregen.models.registry import trait_reports
+
     rows = []
-    for name, (label, meaning, shown_by) in TRANSFORMATIONS.items():
-        found = (report.provider or {}).get(name)
-        touched = sum(flags.get(f, 0) for f in shown_by)
-        if found is None and not touched and report.provider is None:
+    for name, words in trait_reports().items():
+        touched = sum(flags.get(f, 0) for f, _ in words.flags)
+        if name not in (provider or {}) and not touched:
             continue
-        verdict = {True: "yes", False: "no", None: "unknown"}[found]
-        rows.append(f"| {label} | {verdict} | {touched:,} | {meaning} |")
+        verdict = {True: "yes", False: "no", None: "unknown"}[(provider or {}).get(name)]
+        rows.append((words.label, verdict, touched, words.meaning))
+    return rows
+
+
+def flag_meaning(flag: str) -> str:
+    """What a reconstruction flag means, in the report's words ("" when no one says)."""
+    from specregen.models.registry import trait_reports
+
+    for words in trait_reports().values():
+        for name, meaning in words.flags:
+            if name == flag:
+                return meaning
+    return FLAG_MEANINGS.get(flag, "")
+
+
+def _transformations_section(report: GateReport) -> list[str]:
+    rows = [f"| {label} | {verdict} | {touched:,} | {meaning} |" for label, verdict, touched,
+            meaning in transformation_rows(report.provider, report.reconstruction_flags)]
     if not rows:
         return []
     return ["", "## Server text transformations", "",
@@ -540,7 +555,7 @@ def _flags_table(counts: dict[str, int]) -> list[str]:
         return []
     return ["", "## Reconstruction flags (all samples)", "", "| flag | samples | means |",
             "|---|---:|---|",
-            *(f"| {_code(k)} | {v:,} | {FLAG_MEANINGS.get(k, '')} |" for k, v in counts.items())]
+            *(f"| {_code(k)} | {v:,} | {flag_meaning(k)} |" for k, v in counts.items())]
 
 
 def _counter_table(title: str, key: str, unit: str, counts: dict[str, int]) -> list[str]:

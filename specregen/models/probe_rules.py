@@ -34,6 +34,17 @@ class TraitVotes:
 
 
 @dataclass(frozen=True, slots=True)
+class TraitReport:
+    """How the gate report names a family trait that changes the server's text: its row
+    under "Server text transformations" (`label`, what it means) and the reconstruction
+    flags that show where it touched a sample, each with its meaning (the flags table's)."""
+
+    label: str
+    meaning: str
+    flags: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FamilyTrait:
     """One trait a family brings: `name` (its key in `ProviderTraits.family` and in profiles),
     `when_true` / `when_false` (what the provider does, for the profile's notes) and `vote`
@@ -50,6 +61,8 @@ class FamilyTrait:
     when_false: str
     vote: Callable[[TraitVotes], Verdict]
     recount: Callable[[Observation], int | None] | None = None
+    # A trait that changes the text the server returns is named in the gate report.
+    report: TraitReport | None = None
 
 
 def vote(yes: int, no: int, seen: str, unknown: str) -> Verdict:

@@ -20,7 +20,7 @@ from specregen.errors import UsageError
 from specregen.models.chat_format import ChatFormat, RealVllmSpec
 from specregen.models.corpus import FidelityCorpus
 from specregen.models.family import Family, ProfileSpec, ServedSide
-from specregen.models.probe_rules import ProbeRules
+from specregen.models.probe_rules import ProbeRules, TraitReport
 from specregen.models.tokenizer_base import Tokenizer
 
 # The families, one line each: the module holding the family's `FAMILY` descriptor. The first
@@ -149,6 +149,18 @@ def probe_rules(name: str) -> ProbeRules | None:
     `make_probe_rules`), or None when the format has no probe (it reads no provider traits)."""
     make = family(name).make_probe_rules
     return None if make is None else make()
+
+
+def trait_reports(name: str | None = None) -> dict[str, TraitReport]:
+    """The gate report's words for the family traits that change the server's text (their
+    `FamilyTrait.report`), by trait name: format `name`'s, or every family's."""
+    found: dict[str, TraitReport] = {}
+    for fam in families() if name is None else (family(name),):
+        rules = None if fam.make_probe_rules is None else fam.make_probe_rules()
+        for trait in rules.traits if rules is not None else ():
+            if trait.report is not None:
+                found.setdefault(trait.name, trait.report)
+    return found
 
 
 def emulator_profiles(name: str) -> tuple[str, ...]:

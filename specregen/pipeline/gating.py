@@ -10,7 +10,6 @@ from typing import Any
 
 from specregen.gate import GateReport, run_gate
 from specregen.gate.declared import by_prompt
-from specregen.gate.report import TRANSFORMATIONS
 from specregen.pipeline.layout import DatasetRun
 from specregen.pipeline.prompts import read_chunk
 from specregen.pipeline.reconstruction import STAGE as RECONSTRUCT
@@ -91,8 +90,7 @@ def gate_dataset(
         reference=reference,
         on_accept=on_accept,
         on_quarantine=on_quarantine,
-        provider=None if run.traits is None else {
-            name: run.traits.to_dict().get(name) for name in TRANSFORMATIONS},
+        provider=None if run.traits is None else run.traits.to_dict(),
         declarations=by_prompt(declarations),
     )
     run.store.write_bytes(report.to_json().encode(), run.name, STAGE, run.gate_fp, "report.json")

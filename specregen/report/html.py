@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from specregen.gate.report import TRANSFORMATIONS
+from specregen.gate.report import transformation_rows
 from specregen.records import EVIDENCE_LEVELS
 from specregen.report import svg
 from specregen.report.build import ReportData
@@ -161,16 +161,9 @@ def _evidence(data: ReportData) -> str:
 def _transformations(data: ReportData) -> str:
     """What the endpoint probe found the server does to the model's text (the gate report's
     `provider`), and the samples each touched."""
-    provider = (data.gate or {}).get("provider")
-    rows = []
-    for name, (label, meaning, shown_by) in TRANSFORMATIONS.items():
-        found = (provider or {}).get(name)
-        touched = sum(data.stats.flags.get(f, 0) for f in shown_by)
-        if provider is None and not touched:
-            continue
-        verdict = {True: "yes", False: "no", None: "unknown"}[found]
-        rows.append(f"<tr><td>{escape(label)}</td><td>{verdict}</td><td>{touched:,}</td>"
-                    f"<td>{escape(meaning)}</td></tr>")
+    rows = [f"<tr><td>{escape(label)}</td><td>{verdict}</td><td>{touched:,}</td>"
+            f"<td>{escape(meaning)}</td></tr>" for label, verdict, touched, meaning
+            in transformation_rows((data.gate or {}).get("provider"), data.stats.flags)]
     if not rows:
         return ""
     return ('<section><h2>Server text transformations</h2><table class="grid"><tr>'

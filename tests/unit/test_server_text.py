@@ -18,6 +18,7 @@ from specregen.logprobs import ids_from_logprobs
 from specregen.models.kimi_k25.probe import SPACES_TRAIT
 from specregen.models.probe_answer import Observation
 from specregen.models.probe_rules import TraitVotes
+from specregen.models.tokenizer import load_tokenizer
 from specregen.reconstruct import reconstruct
 from specregen.records import Prompt, ProviderTraits, TraitMap
 from specregen.wire.request import request_fingerprint
@@ -120,7 +121,23 @@ def test_the_gate_report_names_the_transformation(fmt):
     text = report.to_markdown()
     assert "## Server text transformations" in text
     assert "| spaces around added tokens | yes | 1 |" in text
+    assert "| `spaces_removed` | 1 | spaces the server put around added tokens were taken out |" \
+        in text  # the flag's meaning: K2.5's words, from its trait
     assert report.to_dict()["provider"] == {SPACES: True}
+
+
+def test_a_family_without_the_trait_reports_no_transformation():
+    from specregen.models.qwen3 import Qwen3
+
+    qwen = Qwen3(load_tokenizer("mini-qwen3"))
+    body = {"choices": [{"message": {"content": "Hi."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    sample = reconstruct("s", REQUEST, body, qwen, traits=ProviderTraits())
+    # The run passes every trait it has; the report keeps the family's own (Qwen3: none).
+    report = run_gate([sample], qwen, GateConfig(), dataset="d",
+                      provider={SPACES: True, "counts_stop_token": True})
+    assert report.to_dict()["provider"] == {}
+    assert "Server text transformations" not in report.to_markdown()
 
 
 # -- logprobs

@@ -34,7 +34,14 @@ from specregen.models.kimi_k25.format import (
 )
 from specregen.models.kimi_k25.readings import NO_CONTENT, looks_stripped, remove_inserted_spaces
 from specregen.models.probe_answer import Observation
-from specregen.models.probe_rules import FamilyTrait, RawCalls, TraitVotes, Verdict, vote
+from specregen.models.probe_rules import (
+    FamilyTrait,
+    RawCalls,
+    TraitReport,
+    TraitVotes,
+    Verdict,
+    vote,
+)
 from specregen.records import Completion
 
 _ID_INDEX = re.compile(r":(\d+)\s*$")
@@ -88,6 +95,24 @@ SPACES_TRAIT = FamilyTrait(
     when_false="returns the text without spaces around added tokens",
     vote=_spaces,
     recount=_despaced,
+    report=TraitReport(
+        label="spaces around added tokens",
+        meaning=(
+            "the server's detokenizer puts a space before every added token and before the text"
+            " after one (vLLM's default `spaces_between_special_tokens` with a slow tokenizer):"
+            " text the model never wrote, which a token count rarely shows. specregen asks vLLM"
+            " and SGLang not to (`spaces_between_special_tokens: false`); where the spaces are"
+            " there, reconstruction takes them out (`spaces_removed`), and where it cannot know"
+            " whether they are, it keeps both readings and flags the answer unless a count or"
+            " the server's ids decide (`spaces_kept`)"),
+        flags=(
+            ("spaces_removed", "spaces the server put around added tokens were taken out"),
+            ("spaces_kept", "read with leading spaces as the model's text, beside a reading"
+                            " without them (the server may have put them there)"),
+            ("spaces_not_found", "the probe found spaces around added tokens, but this"
+                                 " answer's fields cannot carry them: read as returned"),
+        ),
+    ),
 )
 
 
