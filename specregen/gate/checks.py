@@ -14,11 +14,10 @@ from typing import Any
 
 from specregen.gate.config import GateConfig
 from specregen.gate.declared import Declared, declared_tools
-from specregen.jsonkind import json_kind
+from specregen.jsonkind import json_kind, strict_json_loads
 from specregen.models.chat_format import ChatFormat
 from specregen.reconstruct import TRUST_BREAKING_FLAGS
 from specregen.records import EVIDENCE_LEVELS, Declaration, TokenSample, ToolCall
-from specregen.sources._common import strict_json_loads
 
 CHECKS = (
     "reconstruction",

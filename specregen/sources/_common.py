@@ -6,7 +6,7 @@ import json
 from typing import Any, Literal
 
 from specregen.errors import UsageError
-from specregen.jsonkind import json_kind
+from specregen.jsonkind import json_kind, strict_json_loads
 from specregen.records import Declaration, Prompt, SourceReject
 
 # A row without a system text gets no system message: what the model then sees is its chat
@@ -152,15 +152,6 @@ def calls_reference(calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         "kind": "tool_calls",
         "calls": [{"name": n, "arguments": dump_arguments(a)} for n, a in calls],
     }
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def strict_json_loads(text: str) -> Any:
-    """json.loads without NaN/Infinity, which Python accepts but JSON (and other parsers) do not."""
-    return json.loads(text, parse_constant=_reject_constant)
 
 
 def arguments_object(arguments: Any) -> dict[str, Any]:

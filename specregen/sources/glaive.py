@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from specregen.jsonkind import strict_json_loads
 from specregen.records import TOOL_MODES, Declaration, Prompt, SourceReject
 from specregen.sources._common import (
     RowError,
@@ -55,7 +56,6 @@ from specregen.sources._common import (
     require_object,
     require_str,
     require_user_text,
-    strict_json_loads,
     text_reference,
     type_name,
     wrap_function,

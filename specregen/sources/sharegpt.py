@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from specregen.jsonkind import strict_json_loads
 from specregen.records import Prompt, SourceReject
 from specregen.sources._common import (
     DEFAULT_SYSTEM_PROMPT,
@@ -28,7 +29,6 @@ from specregen.sources._common import (
     reject,
     require_object,
     require_user_text,
-    strict_json_loads,
     text_reference,
     tool_names,
     type_name,
