@@ -79,17 +79,17 @@ def main() -> int:
         evidence: dict[str, Counter[str]] = {}
         flags: Counter[str] = Counter()
         shapes_seen: dict[str, Counter[str]] = {}
-        for tally in tallies.values():
+        groups_seen: dict[str, Counter[str]] = {}
+        for (profile, stream), tally in tallies.items():
             for outcome, counter in tally.evidence.items():
                 evidence.setdefault(outcome, Counter()).update(counter)
             flags.update(tally.flags)
             for shape, counter in tally.by_shape.items():
                 shapes_seen.setdefault(shape, Counter()).update(counter)
+                groups_seen.setdefault(corpus.group(shape, profile, stream),
+                                       Counter()).update(counter)
         for name in ("headline", "adversarial"):
-            counter = Counter()
-            for shape, by_shape in shapes_seen.items():
-                if corpus.group(shape) == name:
-                    counter.update(by_shape)
+            counter = groups_seen.get(name, Counter())
             right = counter["ok"] + counter["ok_resplit"] + counter["false_alarm"]
             print(f"{name}: wrong_ok {counter['wrong_ok']}/{sum(counter.values())}, "
                   f"false alarms {counter['false_alarm']}/{right} "

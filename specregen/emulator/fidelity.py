@@ -305,7 +305,7 @@ def real_cases(family: str, tok: Tokenizer, n: int, seed: int, profile: Profile
     profile's model)."""
     corpus = corpus_of(family)
     serving = Serving(family, tok, seed)
-    for drawn in corpus.draw(tok, n, seed):
+    for drawn in corpus.draw(tok, n, seed, None):
         try:
             ids = serving.written_ids(profile, drawn, corpus.request_for(drawn, profile))
         except (RequestError, FormatError):

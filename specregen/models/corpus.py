@@ -3,7 +3,8 @@ write them (its template's layout and the ways a sampled model leaves it), each 
 request.
 
 A family's writer lives in its package (`models/<family>/corpus.py`, declared on its descriptor:
-`Family.make_corpus`, found by name with `registry.fidelity_corpus`) and names its markers.
+`Family.make_corpus`, found by name with `registry.fidelity_corpus`) and names its markers; its
+`make_corpus` fills a `FidelityCorpus` (plain values and the module's functions).
 The harnesses name none: the emulator's (`emulator/fidelity.py`) serves each answer through a
 profile's parsers and framing, rebuilds it and classifies the outcome; the real server's
 (`realserver/conformance.py`) scripts the ids into a real vLLM (`RealCase`).
@@ -11,9 +12,9 @@ profile's parsers and framing, rebuilds it and classifies the outcome; the real 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from specregen.models.tokenizer_base import Tokenizer
 from specregen.records import ProviderTraits
@@ -57,52 +58,33 @@ class RealCase:
         return self.groups[stream]
 
 
-class FidelityCorpus(Protocol):
-    """What a family's corpus tells the harnesses."""
+@dataclass(frozen=True, slots=True)
+class FidelityCorpus:
+    """What a family's corpus tells the harnesses: its values, and the functions that draw its
+    answers and put them to a profile (the family's `make_corpus` fills it from its module)."""
 
-    @property
-    def profiles(self) -> tuple[str, ...]:
-        """The emulator profiles its answers are served by (the family's restated servers)."""
-        ...
-
-    @property
-    def shapes(self) -> Sequence[str]:
-        """Its answer shapes' names (what `draw(shapes=...)` may pick from)."""
-        ...
-
-    @property
-    def gated_groups(self) -> tuple[str, ...]:
-        """The groups in which an `ok` with wrong ids fails the bench (the others hold what
-        the server's answer does not carry: reported, not gated)."""
-        ...
-
-    @property
-    def refusals(self) -> tuple[type[Exception], ...]:
-        """What its servers raise for a request they refuse (a 400): nothing to rebuild."""
-        ...
-
-    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
-              ) -> str:
-        """`headline`, `adversarial` or `erased` for an answer of `shape` served by
-        `profile`, plain or streamed."""
-        ...
-
-    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
-        """What the endpoint probe learns of `profile` (the bench's `traits` pass)."""
-        ...
-
-    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
-             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
-        """`n` random answers and their requests, the same for the same seed."""
-        ...
-
-    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
-        """The request a client sends `profile` for `drawn` (its thinking switch in the
-        profile's dialect, `max_tokens` when cut)."""
-        ...
-
-    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
-                  profile: str) -> RealCase:
-        """`drawn` as the real server `profile` restates is asked it, with the ids the model
-        wrote (`drawn.ids`, or those its served side wrote from the knobs)."""
-        ...
+    # The emulator profiles its answers are served by (the family's restated servers).
+    profiles: tuple[str, ...]
+    # Its answer shapes' names (what `draw`'s `shapes` may pick from).
+    shapes: tuple[str, ...]
+    # The groups in which an `ok` with wrong ids fails the bench (the others hold what the
+    # server's answer does not carry: reported, not gated).
+    gated_groups: tuple[str, ...]
+    # What its servers raise for a request they refuse (a 400): nothing to rebuild.
+    refusals: tuple[type[Exception], ...]
+    # (shape, profile, stream): `headline`, `adversarial` or `erased` for an answer of `shape`
+    # served by `profile`, plain or streamed.
+    group: Callable[[str, str, bool], str]
+    # (profile, stream): what the endpoint probe learns of `profile` (the bench's `traits`
+    # pass).
+    probed_traits: Callable[[str, bool], ProviderTraits]
+    # (tok, n, seed, shapes): `n` random answers and their requests, the same for the same
+    # seed (shapes None: any of `shapes`).
+    draw: Callable[[Tokenizer, int, int, Sequence[str] | None], Iterator[Drawn]]
+    # (drawn, profile): the request a client sends `profile` for `drawn` (its thinking switch
+    # in the profile's dialect, `max_tokens` when cut).
+    request_for: Callable[[Drawn, str], dict[str, Any]]
+    # (tok, drawn, ids, seed, profile): `drawn` as the real server `profile` restates is asked
+    # it, with the ids the model wrote (`drawn.ids`, or those its served side wrote from the
+    # knobs).
+    real_case: Callable[[Tokenizer, Drawn, Sequence[int], int, str], RealCase]

@@ -41,7 +41,7 @@ def test_corpus_covers_the_behaviours(cases):
 def test_no_headline_sample_is_ok_with_wrong_ids(cases, how):
     # Blind (as from OpenRouter) and with the traits a probe finds. The adversarial group
     # (count-invisible deviations, coincidences of two) is the documented known limit.
-    headline = [c for c in cases if CORPUS.group(c.shape) == "headline"]
+    headline = [c for c in cases if CORPUS.group(c.shape, c.profile, c.stream) == "headline"]
     tallies = run(CORPUS, headline, FMT, how)
     wrong = {key: describe_wrong(t) for key, t in tallies.items() if t.outcomes["wrong_ok"]}
     assert not wrong, table(tallies) + "\n" + "\n".join(
@@ -54,7 +54,7 @@ def test_few_headline_false_alarms_with_the_probe_traits(cases):
     # false alarms stay well under the 13% the issue started from (bench/fidelity.py
     # measures the larger corpus; 25% before the stream's content order was recorded and
     # before a rival needing two coincidences stopped counting as a doubt).
-    headline = [c for c in cases if CORPUS.group(c.shape) == "headline"]
+    headline = [c for c in cases if CORPUS.group(c.shape, c.profile, c.stream) == "headline"]
     total = Counter()
     for tally in run(CORPUS, headline, FMT, "traits").values():
         total.update(tally.outcomes)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from specregen.models.chat_format import FormatError
-from specregen.models.corpus import Drawn, RealCase
+from specregen.models.corpus import Drawn, FidelityCorpus, RealCase
 from specregen.models.kimi_k25.common import THINK_END
 from specregen.models.tokenizer_base import Tokenizer
 from specregen.records import ProviderTraits
@@ -206,55 +206,61 @@ TEMPLATE_SHAPES = frozenset({"clean", "empty_think"})
 EMPTY_THINK_RATE = 0.15
 
 
-class KimiK25Corpus:
-    """K2.5's corpus (`models.corpus.FidelityCorpus`)."""
-
-    profiles = PROFILES
-    shapes = tuple(SHAPE_WEIGHTS)
-    gated_groups = GATED_GROUPS
-    # The emulator's model refuses what it cannot render; the harness catches its own refusals.
-    refusals: tuple[type[Exception], ...] = (FormatError,)
-
-    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
-              ) -> str:
-        return group(shape)
-
-    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
-        return PROFILE_TRAITS.get(f"{profile}/stream" if stream else "") or \
-            PROFILE_TRAITS[profile]
-
-    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
-             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
-        rng = random.Random(seed)
-        names = list(shapes or SHAPE_WEIGHTS)
-        weights = [SHAPE_WEIGHTS[s] for s in names]
-        for i in range(n):
-            request = random_request(rng, i)
-            shape = rng.choices(names, weights)[0]
-            max_tokens = None
-            if shape == "cut":
-                # Anywhere from inside the reasoning to just before the stop token.
-                max_tokens = rng.randint(4, 160)
-                request = {**request, "max_tokens": max_tokens}
-            yield Drawn(i, shape, request, None, max_tokens, shape in TEMPLATE_SHAPES,
-                        knobs=SHAPES[shape])
-
-    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
-        # Every profile reads K2.5's own switch (`chat_template_kwargs.thinking`), drawn in.
-        return drawn.request
-
-    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
-                  profile: str) -> RealCase:
-        request = {k: v for k, v in drawn.request.items() if k != "return_token_ids"}
-        shape, written = drawn.shape, list(ids)
-        think_end = tok.token_id(THINK_END)
-        if (shape == "clean" and think_end in written
-                and random.Random(seed * 100_003 + drawn.index).random() < EMPTY_THINK_RATE):
-            shape, written = "empty_think", written[written.index(think_end):]
-        return RealCase(f"k25-{seed}-{drawn.index}", shape, (group(shape),) * 2,
-                        shape in TEMPLATE_SHAPES, request, tuple(written), drawn.max_tokens)
+def served_group(shape: str, profile: str, stream: bool) -> str:
+    """`group` as the harnesses ask it: a K2.5 answer's group is its shape's, whoever serves
+    it."""
+    return group(shape)
 
 
-def make_corpus() -> KimiK25Corpus:
+def probed_traits(profile: str, stream: bool) -> ProviderTraits:
+    """What the endpoint probe learns of `profile` (`PROFILE_TRAITS`)."""
+    return PROFILE_TRAITS.get(f"{profile}/stream" if stream else "") or \
+        PROFILE_TRAITS[profile]
+
+
+def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = None
+         ) -> Iterator[Drawn]:
+    """`n` random answers and their requests, as the knobs of their shapes (`tok` unused: the
+    served side writes the ids)."""
+    rng = random.Random(seed)
+    names = list(shapes or SHAPE_WEIGHTS)
+    weights = [SHAPE_WEIGHTS[s] for s in names]
+    for i in range(n):
+        request = random_request(rng, i)
+        shape = rng.choices(names, weights)[0]
+        max_tokens = None
+        if shape == "cut":
+            # Anywhere from inside the reasoning to just before the stop token.
+            max_tokens = rng.randint(4, 160)
+            request = {**request, "max_tokens": max_tokens}
+        yield Drawn(i, shape, request, None, max_tokens, shape in TEMPLATE_SHAPES,
+                    knobs=SHAPES[shape])
+
+
+def request_for(drawn: Drawn, profile: str) -> dict[str, Any]:
+    """The request as drawn: every profile reads K2.5's own switch
+    (`chat_template_kwargs.thinking`), drawn in."""
+    return drawn.request
+
+
+def real_case(tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int, profile: str
+              ) -> RealCase:
+    """`drawn` with the ids the model wrote; now and then a clean answer with thinking
+    becomes `empty_think` (its reasoning dropped)."""
+    request = {k: v for k, v in drawn.request.items() if k != "return_token_ids"}
+    shape, written = drawn.shape, list(ids)
+    think_end = tok.token_id(THINK_END)
+    if (shape == "clean" and think_end in written
+            and random.Random(seed * 100_003 + drawn.index).random() < EMPTY_THINK_RATE):
+        shape, written = "empty_think", written[written.index(think_end):]
+    return RealCase(f"k25-{seed}-{drawn.index}", shape, (group(shape),) * 2,
+                    shape in TEMPLATE_SHAPES, request, tuple(written), drawn.max_tokens)
+
+
+def make_corpus() -> FidelityCorpus:
     """The descriptor's `make_corpus` (`registry.fidelity_corpus`)."""
-    return KimiK25Corpus()
+    # The emulator's model refuses what it cannot render; the harness catches its own refusals.
+    return FidelityCorpus(
+        profiles=PROFILES, shapes=tuple(SHAPE_WEIGHTS), gated_groups=GATED_GROUPS,
+        refusals=(FormatError,), group=served_group, probed_traits=probed_traits, draw=draw,
+        request_for=request_for, real_case=real_case)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.models import textgen
-from specregen.models.corpus import Drawn, RealCase
+from specregen.models.corpus import Drawn, FidelityCorpus, RealCase
 from specregen.models.kimi_k3.encoding import (
     CLOSE,
     END_OF_MSG,
@@ -375,44 +375,30 @@ def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = N
                     thinking=thinking, effort=effort)
 
 
-class KimiK3Corpus:
-    """K3's corpus (`models.corpus.FidelityCorpus`)."""
-
-    profiles = PROFILES
-    shapes = tuple(SHAPES)
-    gated_groups = GATED_GROUPS
-    refusals: tuple[type[Exception], ...] = (RequestError,)
-
-    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
-              ) -> str:
-        return group(shape, profile, stream)
-
-    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
-        return probed_traits(profile, stream)
-
-    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
-             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
-        return draw(tok, n, seed, shapes)
-
-    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
-        request = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
-        if drawn.max_tokens is not None:
-            request = {**request, "max_tokens": drawn.max_tokens}
-        return request
-
-    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
-                  profile: str) -> RealCase:
-        """With the thinking switch in vLLM's dialect (`chat_template_kwargs.thinking`,
-        `reasoning_effort`)."""
-        sent = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
-        sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
-        if drawn.max_tokens is not None:
-            sent["max_tokens"] = drawn.max_tokens
-        groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
-        return RealCase(f"k3-{seed}-{drawn.index}", drawn.shape, groups, drawn.template_shaped,
-                        sent, tuple(ids), drawn.max_tokens)
+def request_for(drawn: Drawn, profile: str) -> dict[str, Any]:
+    """The request a client sends `profile` for `drawn`."""
+    request = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
+    if drawn.max_tokens is not None:
+        request = {**request, "max_tokens": drawn.max_tokens}
+    return request
 
 
-def make_corpus() -> KimiK3Corpus:
+def real_case(tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int, profile: str
+              ) -> RealCase:
+    """With the thinking switch in vLLM's dialect (`chat_template_kwargs.thinking`,
+    `reasoning_effort`)."""
+    sent = with_thinking(drawn.request, profile, drawn.thinking, drawn.effort)
+    sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
+    if drawn.max_tokens is not None:
+        sent["max_tokens"] = drawn.max_tokens
+    groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
+    return RealCase(f"k3-{seed}-{drawn.index}", drawn.shape, groups, drawn.template_shaped,
+                    sent, tuple(ids), drawn.max_tokens)
+
+
+def make_corpus() -> FidelityCorpus:
     """The descriptor's `make_corpus` (`registry.fidelity_corpus`)."""
-    return KimiK3Corpus()
+    return FidelityCorpus(
+        profiles=PROFILES, shapes=tuple(SHAPES), gated_groups=GATED_GROUPS,
+        refusals=(RequestError,), group=group, probed_traits=probed_traits, draw=draw,
+        request_for=request_for, real_case=real_case)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specregen.models import textgen
-from specregen.models.corpus import Drawn, RealCase
+from specregen.models.corpus import Drawn, FidelityCorpus, RealCase
 from specregen.models.qwen3.format import STRIPS_CONTENT_BESIDE_CALLS
 from specregen.models.qwen3.servers import RequestError
 from specregen.models.qwen3.tokens import IM_END, THINK, THINK_END, TOOL_CALL, TOOL_CALL_END
@@ -319,61 +319,54 @@ def with_thinking(request: dict[str, Any], profile: str, thinking: bool | None
 TEMPLATE_SHAPES = frozenset({"clean"})
 
 
-class Qwen3Corpus:
-    """Qwen3's corpus (`models.corpus.FidelityCorpus`)."""
-
-    profiles = PROFILES
-    shapes = tuple(SHAPES)
-    gated_groups = GATED_GROUPS
-    refusals: tuple[type[Exception], ...] = (RequestError,)
-
-    def group(self, shape: str, profile: str | None = None, stream: bool | None = None
-              ) -> str:
-        return group(shape, profile, stream)
-
-    def probed_traits(self, profile: str, stream: bool) -> ProviderTraits:
-        return probed_traits(profile, stream)
-
-    def draw(self, tok: Tokenizer, n: int, seed: int = 0,
-             shapes: Sequence[str] | None = None) -> Iterator[Drawn]:
-        rng = random.Random(seed)
-        names = list(shapes or SHAPES)
-        weights = [SHAPES[s] for s in names]
-        for i in range(n):
-            request = random_request(rng, i)
-            shape = rng.choices(names, weights)[0]
-            thinking = rng.choice([True, True, False, None])
-            tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
-            pieces = write_answer(rng, "clean" if shape == "cut" else shape,
-                                  thinking is not False, tool_names)
-            ids = answer_ids(tok, pieces)
-            label, max_tokens = shape, None
-            if shape == "cut" or rng.random() < 0.08:
-                # Anywhere: inside the reasoning, a marker's neighbourhood, the arguments, a
-                # multi-byte character, or just before the stop token.
-                max_tokens = rng.randint(1, len(ids) - 1)
-                label = shape if shape == "cut" else shape + "+cut"
-            yield Drawn(i, label, request, tuple(ids), max_tokens, label in TEMPLATE_SHAPES,
-                        thinking=thinking)
-
-    def request_for(self, drawn: Drawn, profile: str) -> dict[str, Any]:
-        request = drawn.request
-        if drawn.max_tokens is not None:
-            request = {**request, "max_tokens": drawn.max_tokens}
-        return with_thinking(request, profile, drawn.thinking)
-
-    def real_case(self, tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int,
-                  profile: str) -> RealCase:
-        """With the thinking switch in vLLM's dialect (`chat_template_kwargs.enable_thinking`)."""
-        sent = with_thinking(drawn.request, profile, drawn.thinking)
-        sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
-        if drawn.max_tokens is not None:
-            sent["max_tokens"] = drawn.max_tokens
-        groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
-        return RealCase(f"qwen3-{seed}-{drawn.index}", drawn.shape, groups,
-                        drawn.template_shaped, sent, tuple(ids), drawn.max_tokens)
+def draw(tok: Tokenizer, n: int, seed: int = 0, shapes: Sequence[str] | None = None
+         ) -> Iterator[Drawn]:
+    """`n` random answers as ids, and their requests (the thinking switch not yet in a
+    dialect)."""
+    rng = random.Random(seed)
+    names = list(shapes or SHAPES)
+    weights = [SHAPES[s] for s in names]
+    for i in range(n):
+        request = random_request(rng, i)
+        shape = rng.choices(names, weights)[0]
+        thinking = rng.choice([True, True, False, None])
+        tool_names = [t["function"]["name"] for t in request.get("tools") or ()]
+        pieces = write_answer(rng, "clean" if shape == "cut" else shape,
+                              thinking is not False, tool_names)
+        ids = answer_ids(tok, pieces)
+        label, max_tokens = shape, None
+        if shape == "cut" or rng.random() < 0.08:
+            # Anywhere: inside the reasoning, a marker's neighbourhood, the arguments, a
+            # multi-byte character, or just before the stop token.
+            max_tokens = rng.randint(1, len(ids) - 1)
+            label = shape if shape == "cut" else shape + "+cut"
+        yield Drawn(i, label, request, tuple(ids), max_tokens, label in TEMPLATE_SHAPES,
+                    thinking=thinking)
 
 
-def make_corpus() -> Qwen3Corpus:
+def request_for(drawn: Drawn, profile: str) -> dict[str, Any]:
+    """The request a client sends `profile` for `drawn`."""
+    request = drawn.request
+    if drawn.max_tokens is not None:
+        request = {**request, "max_tokens": drawn.max_tokens}
+    return with_thinking(request, profile, drawn.thinking)
+
+
+def real_case(tok: Tokenizer, drawn: Drawn, ids: Sequence[int], seed: int, profile: str
+              ) -> RealCase:
+    """With the thinking switch in vLLM's dialect (`chat_template_kwargs.enable_thinking`)."""
+    sent = with_thinking(drawn.request, profile, drawn.thinking)
+    sent = {k: v for k, v in sent.items() if k != "return_token_ids"}
+    if drawn.max_tokens is not None:
+        sent["max_tokens"] = drawn.max_tokens
+    groups = (group(drawn.shape, profile, False), group(drawn.shape, profile, True))
+    return RealCase(f"qwen3-{seed}-{drawn.index}", drawn.shape, groups,
+                    drawn.template_shaped, sent, tuple(ids), drawn.max_tokens)
+
+
+def make_corpus() -> FidelityCorpus:
     """The descriptor's `make_corpus` (`registry.fidelity_corpus`)."""
-    return Qwen3Corpus()
+    return FidelityCorpus(
+        profiles=PROFILES, shapes=tuple(SHAPES), gated_groups=GATED_GROUPS,
+        refusals=(RequestError,), group=group, probed_traits=probed_traits, draw=draw,
+        request_for=request_for, real_case=real_case)
