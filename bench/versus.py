@@ -16,6 +16,7 @@ venv (`.venv/bin/python`).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -65,8 +66,6 @@ def run(checkout: Path, measure: Measure) -> float | None:
 
 
 def _env(checkout: Path) -> dict[str, str]:
-    import os
-
     # The checkout first, so each side imports its own `specregen` (the venv's editable
     # install points at one of them; sys.path[0] wins over its finder).
     return {**os.environ, "PYTHONPATH": str(checkout), "SPECREGEN_ROOT": str(checkout)}

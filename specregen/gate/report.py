@@ -465,7 +465,7 @@ def render_markdown(report: GateReport) -> str:
 
 
 # The reconstruction flags every format may raise; a family's own are in its traits' reports
-# (`models/probe_rules.py TraitReport`, `flag_meaning`).
+# (`models/probe_rules.py TraitReport`, `flag_meanings`).
 FLAG_MEANINGS = {
     "logprobs_undecidable": "logprobs came back but cannot name every token (left-out special"
                             " tokens, a token cut inside a character)",
@@ -489,15 +489,15 @@ def transformation_rows(provider: Mapping[str, bool | None] | None,
     return rows
 
 
-def flag_meaning(flag: str) -> str:
-    """What a reconstruction flag means, in the report's words ("" when no one says)."""
+def flag_meanings() -> dict[str, str]:
+    """What each reconstruction flag means, in the report's words: the generic ones and those
+    of every family's traits."""
     from specregen.models.registry import trait_reports
 
+    meanings = dict(FLAG_MEANINGS)
     for words in trait_reports().values():
-        for name, meaning in words.flags:
-            if name == flag:
-                return meaning
-    return FLAG_MEANINGS.get(flag, "")
+        meanings.update(words.flags)
+    return meanings
 
 
 def _transformations_section(report: GateReport) -> list[str]:
@@ -553,9 +553,10 @@ def _conversations_section(conv: dict[str, Any] | None, history_calls: int) -> l
 def _flags_table(counts: dict[str, int]) -> list[str]:
     if not counts:
         return []
+    meanings = flag_meanings()  # once: each family's probe rules are built to find them
     return ["", "## Reconstruction flags (all samples)", "", "| flag | samples | means |",
             "|---|---:|---|",
-            *(f"| {_code(k)} | {v:,} | {flag_meaning(k)} |" for k, v in counts.items())]
+            *(f"| {_code(k)} | {v:,} | {meanings.get(k, '')} |" for k, v in counts.items())]
 
 
 def _counter_table(title: str, key: str, unit: str, counts: dict[str, int]) -> list[str]:
